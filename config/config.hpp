@@ -1,0 +1,90 @@
+#pragma once
+// The replica's configuration: YAML in, a validated plain struct out.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace scg::config {
+
+/// One Spark Connect server. `name` defaults to the address.
+struct backend {
+  std::string name;
+  std::string address;  ///< "host:port"
+  std::string ui_url;   ///< Spark UI base URL, empty when not configured
+};
+
+/// How new sessions are placed (the score terms are used from the placement issue on).
+struct placement {
+  std::string strategy = "least_loaded";  ///< least_loaded | round_robin
+  int poll_interval_ms = 2000;
+  double ewma_alpha = 0.3;
+  double utilization_weight = 0.9;
+  double session_weight = 0.1;
+  int session_cap = 50;
+};
+
+/// How long bindings live without traffic.
+struct affinity {
+  int session_ttl_secs = 3600;  ///< idle session bindings expire after this
+  int op_ttl_secs = 600;        ///< operation index entries expire after this
+};
+
+/// Bounds of the forwarding path.
+struct limits {
+  std::size_t max_message_bytes = 256u << 20;  ///< both directions, both sides
+  int connect_timeout_ms = 3000;  ///< a backend that cannot be reached answers UNAVAILABLE after this
+};
+
+struct shutdown {
+  int deadline_secs = 30;  ///< in-flight streams may finish for this long after SIGTERM
+};
+
+struct logging {
+  std::string level = "info";  ///< trace | debug | info | warn | error | off
+};
+
+/// The `cluster:` block; absent means a single replica.
+struct cluster {
+  std::string node_name;
+  std::string bind_addr;
+  std::vector<std::string> seeds;
+};
+
+/// A whole replica configuration, validated.
+struct gateway {
+  std::string bind_addr = "0.0.0.0:15003";
+  std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
+  std::vector<backend> backends;
+  config::placement placement;
+  config::affinity affinity;
+  config::limits limits;
+  config::shutdown shutdown;
+  config::logging logging;
+  std::optional<config::cluster> cluster;
+};
+
+/// A configuration error; `field` is the dotted path of the offending key
+/// (e.g. "backends[1].address"), `message` says what is wrong with it.
+struct error {
+  std::string field;
+  std::string message;
+  std::string to_string() const;  ///< "FIELD: MESSAGE"
+};
+
+using result = std::variant<gateway, error>;
+
+/// Parses and validates YAML text. Unknown top-level keys are errors.
+result parse(const std::string& yaml_text);
+
+/// Reads FILE and parses it; a missing or unreadable file is an error naming it.
+result load(const std::string& path);
+
+/// True when `addr` is "host:port" with a port in 1..65535 (0 allowed when
+/// `allow_zero_port`), host a name, IPv4 or [IPv6].
+bool valid_host_port(const std::string& addr, bool allow_zero_port);
+
+}  // namespace scg::config

@@ -1,0 +1,92 @@
+#pragma once
+// The wire scanner: reads the few routing fields of Spark Connect messages
+// straight from protobuf wire bytes, without parsing plans or building
+// messages. Field numbers are from ../shared/spark-connect-wire.md.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scg::net {
+
+/// The Spark Connect RPCs scg knows; `unknown` is any other method of the service.
+enum class rpc : std::uint8_t {
+  execute_plan,
+  analyze_plan,
+  config,
+  add_artifacts,
+  artifact_status,
+  interrupt,
+  reattach_execute,
+  release_execute,
+  release_session,
+  fetch_error_details,
+  clone_session,
+  get_status,
+  unknown,
+};
+inline constexpr std::size_t rpc_count = 13;
+
+/// The gRPC path prefix of the service scg fronts.
+inline constexpr std::string_view service_prefix = "/spark.connect.SparkConnectService/";
+
+/// Maps a full method path ("/spark.connect.SparkConnectService/Config") to an
+/// rpc; any other method of the service is `unknown`.
+rpc rpc_from_path(std::string_view path);
+
+/// The method name as Spark spells it ("ExecutePlan"), "unknown" for unknown.
+std::string_view rpc_name(rpc r);
+
+/// True for RPCs whose request and response are single messages.
+bool is_unary(rpc r);
+
+/// A message as gRPC holds it: one or more contiguous byte segments.
+struct segment {
+  const std::uint8_t* data;
+  std::size_t size;
+};
+using segments = std::vector<segment>;
+
+/// Routing fields of a request. Empty strings when absent.
+struct request_fields {
+  std::string session_id;
+  std::string user_id;                 ///< user_context.user_id
+  std::string operation_id;            ///< ExecutePlan 6, Reattach/ReleaseExecute 3, Interrupt 6
+  std::string observed_server_session; ///< client_observed_server_side_session_id
+  std::string new_session_id;          ///< CloneSession 4
+  std::uint64_t interrupt_type = 0;    ///< Interrupt 4
+  bool release_all = false;            ///< ReleaseExecute 5 present
+};
+
+/// Routing fields of a response. Empty strings when absent.
+struct response_fields {
+  std::string session_id;
+  std::string server_side_session_id;
+  std::string operation_id;           ///< ExecutePlanResponse 12, ReleaseExecuteResponse 2
+  std::string new_session_id;         ///< CloneSessionResponse 3
+  std::string new_server_side_session_id;  ///< CloneSessionResponse 4
+  bool result_complete = false;       ///< ExecutePlanResponse 14 present
+};
+
+/// Outcome of a scan: `ok`, or why the bytes are not a valid message.
+struct scan_result {
+  bool ok = true;
+  std::string reason;  ///< e.g. "truncated length-delimited field 3 at byte 17"
+  explicit operator bool() const { return ok; }
+};
+
+/// Longest routing id scg accepts (session, user and operation ids).
+inline constexpr std::size_t max_id_bytes = 1024;
+
+/// Walks the whole top-level message (and user_context) checking the wire
+/// format, and fills `out` with the fields `r`'s request carries. For
+/// `unknown`, only fields 1 (session_id) and 2 (user_context) are read.
+/// Fails on malformed wire data or a routing id longer than max_id_bytes.
+scan_result scan_request(rpc r, const segments& msg, request_fields& out);
+
+/// Like scan_request, for a response of `r`.
+scan_result scan_response(rpc r, const segments& msg, response_fields& out);
+
+}  // namespace scg::net

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages scg needs to build, test and benchmark.
+# Idempotent; skips apt when everything is already installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libcaf-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  catch2 libasio-dev libssl-dev libjemalloc-dev
+  curl procps iproute2 python3
+)
+[ "${SCG_BENCH:-0}" = 1 ] && packages+=(nghttp2-client nginx-light haproxy)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
