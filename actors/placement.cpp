@@ -1,1 +1,42 @@
-// placeholder
+#include "actors/placement.hpp"
+
+#include <algorithm>
+
+namespace scg::actors {
+
+double score(const placement_policy& p, const candidate& c) {
+  double util = std::clamp(c.utilization.value_or(0.0), 0.0, 1.0);
+  double cap = p.session_cap == 0 ? 1.0 : static_cast<double>(p.session_cap);
+  double fill = std::min(static_cast<double>(c.sessions) / cap, 1.0);
+  return p.utilization_weight * util + p.session_weight * fill;
+}
+
+std::optional<std::size_t> place(const placement_policy& p, const std::vector<candidate>& backends,
+                                 std::uint64_t& cursor) {
+  const std::size_t n = backends.size();
+  if (n == 0) return std::nullopt;
+  const std::size_t start = cursor++ % n;
+  std::optional<std::size_t> best;
+  double best_score = 0;
+  // Visit backends from a rotating start: round_robin takes the first
+  // eligible one, least_loaded the lowest score (first wins a tie).
+  for (std::size_t k = 0; k < n; ++k) {
+    std::size_t i = (start + k) % n;
+    if (!backends[i].eligible) continue;
+    if (p.kind == placement_policy::strategy::round_robin) return i;
+    double s = score(p, backends[i]);
+    if (!best || s < best_score) {
+      best = i;
+      best_score = s;
+    }
+  }
+  return best;
+}
+
+std::optional<placement_policy::strategy> parse_strategy(const std::string& name) {
+  if (name == "least_loaded") return placement_policy::strategy::least_loaded;
+  if (name == "round_robin") return placement_policy::strategy::round_robin;
+  return std::nullopt;
+}
+
+}  // namespace scg::actors

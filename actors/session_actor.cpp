@@ -1,1 +1,85 @@
-// placeholder
+#include "actors/protocol.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <unordered_set>
+
+#include "core/metrics.hpp"
+
+namespace scg::actors {
+
+struct session_state {
+  std::string key;
+  std::shared_ptr<session_table> table;
+  caf::actor router;
+  std::unordered_set<std::string> ops;  ///< operations this session started
+  static inline const char* name = "session";
+};
+
+namespace {
+
+constexpr std::size_t ops_prune_threshold = 256;
+
+/// Removes the session's entries from the table and ends the actor.
+void forget(caf::stateful_actor<session_state>* self) {
+  auto& st = self->state;
+  st.table->erase_session(st.key);
+  for (const auto& op : st.ops) st.table->erase_op(op);
+  self->send(st.router, ended_atom::value, st.key);
+  self->quit();
+}
+
+/// Drops ids the table no longer has (expired or released elsewhere), so a
+/// long-lived session that never releases its operations stays bounded.
+void prune_ops(session_state& st) {
+  for (auto it = st.ops.begin(); it != st.ops.end();)
+    it = st.table->has_op(*it) ? std::next(it) : st.ops.erase(it);
+}
+
+}  // namespace
+
+namespace {
+
+caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::string key,
+                            std::shared_ptr<session_table> table, std::int64_t ttl_ms,
+                            caf::actor router) {
+  self->state.key = std::move(key);
+  self->state.table = std::move(table);
+  self->state.router = std::move(router);
+  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), expire_atom::value);
+  return {
+      [=](op_atom, std::string& op_id) {
+        auto& ops = self->state.ops;
+        if (ops.size() >= ops_prune_threshold) prune_ops(self->state);
+        ops.insert(std::move(op_id));
+      },
+      [=](op_done_atom, const std::string& op_id) { self->state.ops.erase(op_id); },
+      [=](release_atom) {
+        core::bump(core::global_metrics().router_sessions_released_total);
+        forget(self);
+      },
+      [=](expire_atom) {
+        auto& st = self->state;
+        auto last = st.table->session_last_seen(st.key);
+        auto idle = last ? now_ms() - *last : ttl_ms;
+        if (idle >= ttl_ms) {
+          spdlog::get("router")->debug("session_expired idle_ms={}", idle);
+          core::bump(core::global_metrics().router_sessions_expired_total);
+          forget(self);
+          return;
+        }
+        self->delayed_send(self, std::chrono::milliseconds(ttl_ms - idle), expire_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_session(caf::local_actor* parent, std::string key,
+                         std::shared_ptr<session_table> table, std::int64_t ttl_ms,
+                         caf::actor router) {
+  return parent->spawn(session_actor, std::move(key), std::move(table), ttl_ms, std::move(router));
+}
+
+}  // namespace scg::actors

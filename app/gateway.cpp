@@ -1,1 +1,107 @@
-// placeholder
+#include "app/gateway.hpp"
+
+#include <absl/synchronization/mutex.h>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "actors/router.hpp"
+#include "net/admin_http.hpp"
+#include "net/front_door.hpp"
+
+namespace scg::app {
+
+void setup_logging(const std::string& level) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  for (const char* name : {"main", "forward", "router", "backend", "admin"}) {
+    if (spdlog::get(name)) continue;
+    auto logger = std::make_shared<spdlog::logger>(name, sink);
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %n %v");
+    logger->set_level(spdlog::level::from_str(level));
+    spdlog::register_logger(logger);
+  }
+}
+
+namespace {
+
+void write_port_file(const std::string& path, int grpc_port, int admin_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"grpc", grpc_port}, {"admin", admin_port}}.dump() << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+/// Waits for SIGTERM or SIGINT; SIGHUP is logged and ignored for now.
+int wait_for_stop_signal() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig != SIGHUP) return sig;
+    spdlog::get("main")->warn("sighup_ignored reason=\"reloading the backend list is not supported yet\"");
+  }
+}
+
+}  // namespace
+
+int run_gateway(const config::gateway& cfg, const std::string& port_file) {
+  auto log = spdlog::get("main");
+  // Debian's abseil is built without NDEBUG: its mutex deadlock detection
+  // costs a few percent of every call (PERFORMANCE-NOTES.md).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  caf::actor_system_config caf_cfg;
+  caf_cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{caf_cfg};
+  sys.await_actors_before_shutdown(false);
+
+  actors::backend_list backends;
+  for (const auto& b : cfg.backends)
+    backends.push_back(actors::make_backend(b.name, b.address, b.ui_url,
+                                            cfg.limits.max_message_bytes,
+                                            cfg.limits.connect_timeout_ms));
+  auto table = std::make_shared<actors::session_table>(backends.size());
+  actors::router router{sys, cfg, table, backends};
+
+  net::forward_context fx;
+  fx.backends = backends;
+  fx.table = table;
+  fx.router = &router;
+
+  net::admin_view view;
+  view.backends = backends;
+  view.table = table;
+
+  try {
+    net::front_door door{cfg, fx};
+    std::unique_ptr<net::admin_http> admin;
+    if (cfg.admin_addr) admin = std::make_unique<net::admin_http>(*cfg.admin_addr, view);
+    view.ready = true;
+    log->info("listening grpc_port={} admin_port={} backends={}", door.port(),
+              admin ? admin->port() : 0, backends.size());
+    if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0);
+
+    int sig = wait_for_stop_signal();
+    view.ready = false;
+    router.stop_new_sessions();
+    log->info("draining signal={} deadline_secs={}", sig, cfg.shutdown.deadline_secs);
+    door.shutdown(std::chrono::system_clock::now() +
+                  std::chrono::seconds(cfg.shutdown.deadline_secs));
+    log->info("stopped");
+  } catch (const std::exception& e) {
+    log->error("startup_failed reason=\"{}\"", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace scg::app

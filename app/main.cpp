@@ -1,1 +1,69 @@
-// placeholder
+// scg: a gateway replica for Apache Spark Connect.
+//   scg --config FILE          run a replica
+//   scg --check-config FILE    validate FILE; non-zero exit naming the bad field
+//   scg --version
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "app/gateway.hpp"
+#include "config/config.hpp"
+
+namespace {
+
+int usage(const char* msg) {
+  if (msg) std::cerr << "scg: " << msg << "\n";
+  std::cerr << "usage: scg --config FILE [--port-file FILE]\n"
+               "       scg --check-config FILE\n"
+               "       scg --version\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path, check_path, port_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    if (arg == "--version") {
+      std::cout << "scg " << SCG_VERSION << "\n";
+      return 0;
+    } else if (arg == "--config") {
+      if (!value(config_path)) return usage("--config needs a FILE");
+    } else if (arg == "--check-config") {
+      if (!value(check_path)) return usage("--check-config needs a FILE");
+    } else if (arg == "--port-file") {
+      if (!value(port_file)) return usage("--port-file needs a FILE");
+    } else {
+      return usage(("unknown argument " + arg).c_str());
+    }
+  }
+  const std::string& path = check_path.empty() ? config_path : check_path;
+  if (path.empty()) return usage("--config FILE is required");
+
+  auto loaded = scg::config::load(path);
+  if (auto* err = std::get_if<scg::config::error>(&loaded)) {
+    std::cerr << "scg: invalid config " << path << ": " << err->to_string() << "\n";
+    return 1;
+  }
+  if (!check_path.empty()) {
+    std::cout << "scg: " << path << " is valid\n";
+    return 0;
+  }
+  const auto& cfg = std::get<scg::config::gateway>(loaded);
+
+  // Block the stop signals in every thread; the gateway waits for them.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  scg::app::setup_logging(cfg.logging.level);
+  return scg::app::run_gateway(cfg, port_file);
+}

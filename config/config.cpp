@@ -1,1 +1,333 @@
-// placeholder
+#include "config/config.hpp"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string_view>
+
+#include <yaml-cpp/yaml.h>
+
+namespace scg::config {
+namespace {
+
+constexpr const char* default_cluster_bind_addr = "0.0.0.0:7400";
+
+// The first bad field unwinds to parse(), the only place that catches it; the
+// exception never leaves this file.
+struct bad_field {
+  error err;
+};
+
+[[noreturn]] void reject(const std::string& path, std::string message) {
+  throw bad_field{{path, std::move(message)}};
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+/// How a node reads in an error message: "a map", "a list", null or the quoted scalar.
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return quoted(n.Scalar());
+    default:
+      return "null";
+  }
+}
+
+std::string child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string item(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+/// Checks that `n` is a map whose keys are all in `known`, each at most once.
+void check_keys(const YAML::Node& n, const std::string& path,
+                std::initializer_list<std::string_view> known) {
+  if (!n.IsMap()) reject(path.empty() ? "(root)" : path, "expected a map, got " + describe(n));
+  std::vector<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) reject(path.empty() ? "(root)" : path, "keys must be strings");
+    const std::string& key = kv.first.Scalar();
+    bool is_known = false;
+    for (auto k : known) is_known = is_known || k == key;
+    if (!is_known) reject(child(path, key), "unknown key");
+    for (const auto& s : seen)
+      if (s == key) reject(child(path, key), "duplicate key");
+    seen.push_back(key);
+  }
+}
+
+/// A section that may be absent or left empty (`placement:`), meaning defaults.
+bool present(const YAML::Node& n) { return n.IsDefined() && !n.IsNull(); }
+
+std::string as_string(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected a string, got " + describe(n));
+  return n.Scalar();
+}
+
+long long as_integer(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected an integer, got " + describe(n));
+  const std::string& s = n.Scalar();
+  long long v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+    reject(path, "expected an integer, got " + quoted(s));
+  return v;
+}
+
+long long integer_in(const YAML::Node& n, const std::string& path, long long lo, long long hi) {
+  long long v = as_integer(n, path);
+  if (v < lo) reject(path, "must be at least " + std::to_string(lo) + ", got " + std::to_string(v));
+  if (v > hi) reject(path, "must be at most " + std::to_string(hi) + ", got " + std::to_string(v));
+  return v;
+}
+
+double as_number(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected a number, got " + describe(n));
+  const std::string& s = n.Scalar();
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
+    reject(path, "expected a number, got " + quoted(s));
+  return v;
+}
+
+std::string host_port(const YAML::Node& n, const std::string& path, bool allow_zero_port) {
+  std::string s = as_string(n, path);
+  if (!valid_host_port(s, allow_zero_port)) reject(path, quoted(s) + " is not host:port");
+  return s;
+}
+
+// Readers of optional keys: each leaves the default in place when the key is absent.
+void read_int(const YAML::Node& parent, const std::string& path, const char* key, int& out,
+              long long lo) {
+  if (parent[key]) out = static_cast<int>(integer_in(parent[key], child(path, key), lo, INT_MAX));
+}
+
+void read_weight(const YAML::Node& parent, const std::string& path, const char* key, double& out) {
+  if (!parent[key]) return;
+  out = as_number(parent[key], child(path, key));
+  if (out < 0) reject(child(path, key), "must not be negative, got " + parent[key].Scalar());
+}
+
+std::vector<backend> parse_backends(const YAML::Node& n) {
+  const std::string path = "backends";
+  if (present(n) && !n.IsSequence()) reject(path, "expected a list, got " + describe(n));
+  if (!present(n) || n.size() == 0) reject(path, "at least one backend is required");
+  std::vector<backend> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node& b = n[i];
+    const std::string at = item(path, i);
+    backend be;
+    std::string name_path = at;
+    if (b.IsScalar()) {
+      be.address = host_port(b, at, false);
+      be.name = be.address;
+    } else if (b.IsMap()) {
+      check_keys(b, at, {"address", "name", "ui_url"});
+      if (!b["address"]) reject(child(at, "address"), "required");
+      be.address = host_port(b["address"], child(at, "address"), false);
+      be.name = be.address;
+      if (b["name"]) {
+        name_path = child(at, "name");
+        be.name = as_string(b["name"], name_path);
+        if (be.name.empty()) reject(name_path, "must not be empty");
+      }
+      if (b["ui_url"]) {
+        be.ui_url = as_string(b["ui_url"], child(at, "ui_url"));
+        if (be.ui_url.rfind("http://", 0) != 0 && be.ui_url.rfind("https://", 0) != 0)
+          reject(child(at, "ui_url"), quoted(be.ui_url) + " is not an http:// or https:// URL");
+      }
+    } else {
+      reject(at, "expected \"host:port\" or a map, got " + describe(b));
+    }
+    for (const auto& other : out)
+      if (other.name == be.name) reject(name_path, "duplicate backend name " + quoted(be.name));
+    out.push_back(std::move(be));
+  }
+  return out;
+}
+
+void parse_placement(const YAML::Node& n, placement& p) {
+  const std::string path = "placement";
+  check_keys(n, path,
+             {"strategy", "poll_interval_ms", "ewma_alpha", "utilization_weight", "session_weight",
+              "session_cap"});
+  if (n["strategy"]) {
+    p.strategy = as_string(n["strategy"], "placement.strategy");
+    if (p.strategy != "least_loaded" && p.strategy != "round_robin")
+      reject("placement.strategy",
+             "unknown strategy " + quoted(p.strategy) + " (expected least_loaded or round_robin)");
+  }
+  read_int(n, path, "poll_interval_ms", p.poll_interval_ms, 1);
+  if (n["ewma_alpha"]) {
+    p.ewma_alpha = as_number(n["ewma_alpha"], "placement.ewma_alpha");
+    if (!(p.ewma_alpha > 0 && p.ewma_alpha <= 1))
+      reject("placement.ewma_alpha",
+             "must be greater than 0 and at most 1, got " + n["ewma_alpha"].Scalar());
+  }
+  read_weight(n, path, "utilization_weight", p.utilization_weight);
+  read_weight(n, path, "session_weight", p.session_weight);
+  read_int(n, path, "session_cap", p.session_cap, 1);
+}
+
+cluster parse_cluster(const YAML::Node& n) {
+  check_keys(n, "cluster", {"node_name", "bind_addr", "seeds"});
+  cluster c;
+  if (!n["node_name"]) reject("cluster.node_name", "required");
+  c.node_name = as_string(n["node_name"], "cluster.node_name");
+  if (c.node_name.empty()) reject("cluster.node_name", "must not be empty");
+  c.bind_addr = n["bind_addr"] ? host_port(n["bind_addr"], "cluster.bind_addr", true)
+                               : default_cluster_bind_addr;
+  if (const YAML::Node& seeds = n["seeds"]; present(seeds)) {
+    if (!seeds.IsSequence()) reject("cluster.seeds", "expected a list, got " + describe(seeds));
+    for (std::size_t i = 0; i < seeds.size(); ++i)
+      c.seeds.push_back(host_port(seeds[i], item("cluster.seeds", i), false));
+  }
+  return c;
+}
+
+gateway parse_gateway(const YAML::Node& root) {
+  // An empty document keeps every default, and so lacks the one required key.
+  if (!present(root)) reject("backends", "at least one backend is required");
+  check_keys(root, "",
+             {"bind_addr", "admin_addr", "backends", "placement", "affinity", "limits", "shutdown",
+              "logging", "cluster"});
+  gateway g;
+
+  if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
+  if (const YAML::Node n = root["admin_addr"])
+    g.admin_addr =
+        n.IsNull() ? std::nullopt : std::optional<std::string>(host_port(n, "admin_addr", true));
+  g.backends = parse_backends(root["backends"]);
+  if (const YAML::Node n = root["placement"]; present(n)) parse_placement(n, g.placement);
+  if (const YAML::Node n = root["affinity"]; present(n)) {
+    check_keys(n, "affinity", {"session_ttl_secs", "op_ttl_secs"});
+    read_int(n, "affinity", "session_ttl_secs", g.affinity.session_ttl_secs, 1);
+    read_int(n, "affinity", "op_ttl_secs", g.affinity.op_ttl_secs, 1);
+  }
+  if (const YAML::Node n = root["limits"]; present(n)) {
+    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms"});
+    if (n["max_message_bytes"])
+      g.limits.max_message_bytes = static_cast<std::size_t>(
+          integer_in(n["max_message_bytes"], "limits.max_message_bytes", 1024, INT_MAX));
+    read_int(n, "limits", "connect_timeout_ms", g.limits.connect_timeout_ms, 1);
+  }
+  if (const YAML::Node n = root["shutdown"]; present(n)) {
+    check_keys(n, "shutdown", {"deadline_secs"});
+    read_int(n, "shutdown", "deadline_secs", g.shutdown.deadline_secs, 0);
+  }
+  if (const YAML::Node n = root["logging"]; present(n)) {
+    check_keys(n, "logging", {"level"});
+    if (n["level"]) {
+      g.logging.level = as_string(n["level"], "logging.level");
+      bool known = false;
+      for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
+        known = known || g.logging.level == l;
+      if (!known)
+        reject("logging.level", "unknown level " + quoted(g.logging.level) +
+                                    " (expected trace, debug, info, warn, error or off)");
+    }
+  }
+  if (const YAML::Node n = root["cluster"]; present(n)) g.cluster = parse_cluster(n);
+  return g;
+}
+
+bool valid_port(std::string_view s, bool allow_zero) {
+  if (s.empty() || s.size() > 5) return false;
+  unsigned v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  return v <= 65535 && (v > 0 || allow_zero);
+}
+
+/// A DNS name: dot-separated labels of letters, digits and inner hyphens.
+bool valid_dns_name(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  std::size_t label = 0;
+  for (std::size_t i = 0; i <= h.size(); ++i) {
+    char c = i < h.size() ? h[i] : '.';
+    if (c == '.') {
+      if (label == 0 || label > 63 || h[i - 1] == '-') return false;
+      label = 0;
+      continue;
+    }
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && !(c == '-' && label > 0)) return false;
+    ++label;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string error::to_string() const { return field + ": " + message; }
+
+bool valid_host_port(const std::string& addr, bool allow_zero_port) {
+  std::string host;
+  std::string_view port;
+  if (!addr.empty() && addr[0] == '[') {
+    auto close = addr.find(']');
+    if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
+      return false;
+    host = addr.substr(1, close - 1);
+    port = std::string_view(addr).substr(close + 2);
+    in6_addr v6;
+    if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+    return valid_port(port, allow_zero_port);
+  }
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos) return false;
+  host = addr.substr(0, colon);
+  port = std::string_view(addr).substr(colon + 1);
+  if (!valid_port(port, allow_zero_port)) return false;
+  // All digits and dots: it must be a dotted IPv4 address, not a name.
+  if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    in_addr v4;
+    return inet_pton(AF_INET, host.c_str(), &v4) == 1;
+  }
+  return valid_dns_name(host);
+}
+
+result parse(const std::string& yaml_text) {
+  try {
+    return parse_gateway(YAML::Load(yaml_text));
+  } catch (const bad_field& e) {
+    return e.err;
+  } catch (const YAML::ParserException& e) {
+    return error{"(yaml)", "line " + std::to_string(e.mark.line + 1) + ", column " +
+                               std::to_string(e.mark.column + 1) + ": " + e.msg};
+  } catch (const std::exception& e) {
+    // yaml-cpp can still throw on odd documents; report rather than escape.
+    return error{"(yaml)", e.what()};
+  }
+}
+
+result load(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return error{"(file)", "cannot open " + quoted(path) + ": " + std::strerror(errno)};
+  std::string text;
+  char buf[8192];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
+  if (std::ferror(f.get()))
+    return error{"(file)", "cannot read " + quoted(path) + ": " + std::strerror(errno)};
+  return parse(text);
+}
+
+}  // namespace scg::config

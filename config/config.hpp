@@ -50,7 +50,7 @@ struct logging {
 /// The `cluster:` block; absent means a single replica.
 struct cluster {
   std::string node_name;
-  std::string bind_addr;
+  std::string bind_addr = "0.0.0.0:7400";
   std::vector<std::string> seeds;
 };
 
@@ -77,7 +77,7 @@ struct error {
 
 using result = std::variant<gateway, error>;
 
-/// Parses and validates YAML text. Unknown top-level keys are errors.
+/// Parses and validates YAML text. Unknown keys, at any level, are errors.
 result parse(const std::string& yaml_text);
 
 /// Reads FILE and parses it; a missing or unreadable file is an error naming it.

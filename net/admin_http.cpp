@@ -1,1 +1,123 @@
-// placeholder
+#include "net/admin_http.hpp"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+
+#include "core/metrics.hpp"
+
+namespace scg::net {
+
+namespace {
+
+/// Splits "host:port" / "[v6]:port"; the config validated the form.
+std::pair<std::string, int> split_host_port(const std::string& addr) {
+  auto colon = addr.rfind(':');
+  std::string host = addr.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return {host, std::stoi(addr.substr(colon + 1))};
+}
+
+/// A Prometheus label value with \, " and newlines escaped.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string backends_json(const admin_view& view) {
+  auto bound = view.table->sessions_per_backend();
+  auto list = nlohmann::json::array();
+  for (std::size_t i = 0; i < view.backends.size(); ++i) {
+    const auto& b = *view.backends[i];
+    list.push_back({{"name", b.name},
+                    {"address", b.address},
+                    {"ui_url", b.ui_url},
+                    {"healthy", b.reachable.load()},
+                    {"draining", b.draining.load()},
+                    {"score", nullptr},  // load scores arrive with the placement issue
+                    {"sessions", i < bound.size() ? bound[i] : 0},
+                    {"in_flight", b.in_flight.load()}});
+  }
+  return nlohmann::json{{"backends", list}}.dump();
+}
+
+std::string metrics_text(const admin_view& view) {
+  std::string out;
+  core::global_metrics().render(out);
+  auto gauge = [&](const char* name, const char* help, const char* type) {
+    out += std::string("# HELP scg_") + name + " " + help + "\n# TYPE scg_" + name + " " + type + "\n";
+  };
+  gauge("sessions_active", "Sessions bound on this replica", "gauge");
+  out += "scg_sessions_active " + std::to_string(view.table->session_count()) + "\n";
+  gauge("operations_active", "Operations in the operation index", "gauge");
+  out += "scg_operations_active " + std::to_string(view.table->op_count()) + "\n";
+
+  auto bound = view.table->sessions_per_backend();
+  struct per_backend {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::function<std::string(std::size_t)> value;
+  };
+  const per_backend series[] = {
+      {"backend_sessions", "Sessions bound to the backend", "gauge",
+       [&](std::size_t i) { return std::to_string(i < bound.size() ? bound[i] : 0); }},
+      {"backend_reachable", "1 when the backend's channel is not failing", "gauge",
+       [&](std::size_t i) { return std::string(view.backends[i]->reachable ? "1" : "0"); }},
+      {"backend_in_flight", "Calls being forwarded to the backend", "gauge",
+       [&](std::size_t i) { return std::to_string(view.backends[i]->in_flight.load()); }},
+      {"backend_calls_total", "Calls started to the backend", "counter",
+       [&](std::size_t i) { return std::to_string(view.backends[i]->calls_total.load()); }},
+      {"backend_unavailable_total", "Calls that could not reach the backend", "counter",
+       [&](std::size_t i) { return std::to_string(view.backends[i]->unavailable_total.load()); }},
+  };
+  for (const auto& s : series) {
+    gauge(s.name, s.help, s.type);
+    for (std::size_t i = 0; i < view.backends.size(); ++i)
+      out += std::string("scg_") + s.name + "{backend=\"" + label(view.backends[i]->name) + "\"} " +
+             s.value(i) + "\n";
+  }
+  return out;
+}
+
+admin_http::admin_http(const std::string& addr, admin_view& view)
+    : server_(std::make_unique<httplib::Server>()) {
+  auto& srv = *server_;
+  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  srv.Get("/readyz", [&view](const httplib::Request&, httplib::Response& res) {
+    bool ready = view.ready.load();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
+  });
+  srv.Get("/api/v1/backends", [&view](const httplib::Request&, httplib::Response& res) {
+    res.set_content(backends_json(view), "application/json");
+  });
+  srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(view), "text/plain; version=0.0.4");
+  });
+  auto [host, port] = split_host_port(addr);
+  port_ = port == 0 ? srv.bind_to_any_port(host) : (srv.bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) throw std::runtime_error("cannot listen for admin HTTP on admin_addr " + addr);
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+admin_http::~admin_http() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace scg::net

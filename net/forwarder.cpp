@@ -1,1 +1,391 @@
-// placeholder
+// The flow of one RPC through scg, start to end:
+//
+//   1. a client call arrives on the generic service (any method);
+//   2. the first request message is read and its routing fields scanned
+//      (net/wire.hpp) — plans are never parsed;
+//   3. the backend is found: operation index first for Reattach/Release/
+//      Interrupt, then the session table; a brand-new session asks the
+//      router actor, which answers through a callback (no thread blocks);
+//   4. a generic call to that backend starts with the client's metadata,
+//      deadline and an x-request-id;
+//   5. messages are pumped both ways, one read and one write in flight per
+//      direction, so a slow reader slows its producer instead of buffering;
+//   6. operation ids and cloned sessions are learned from responses;
+//   7. the backend's headers, trailers and status (with details) go back to
+//      the client unchanged.
+#include "net/forwarder.hpp"
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+#include "core/ids.hpp"
+#include "core/metrics.hpp"
+#include "net/wire.hpp"
+
+namespace scg::net {
+
+namespace {
+
+using actors::backend_index;
+
+/// Request headers that describe one HTTP/2 hop or that gRPC sets itself.
+bool hop_by_hop(std::string_view key) {
+  static constexpr std::string_view dropped[] = {
+      "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
+      "host", "content-type", "user-agent", "grpc-timeout", "grpc-encoding",
+      "grpc-accept-encoding", "x-request-id"};
+  if (!key.empty() && key[0] == ':') return true;
+  for (auto d : dropped)
+    if (key == d) return true;
+  return false;
+}
+
+/// Response headers that gRPC writes itself on the client-facing side.
+bool transport_header(std::string_view key) {
+  return key == "content-type" || key == "grpc-encoding" || key == "grpc-accept-encoding" ||
+         key == "grpc-status" || key == "grpc-message" || key == "grpc-status-details-bin" ||
+         (!key.empty() && key[0] == ':');
+}
+
+std::string_view view(grpc::string_ref s) { return {s.data(), s.size()}; }
+
+/// The slices of `buf` as scanner segments; `keep` holds the slice references.
+segments segments_of(const grpc::ByteBuffer& buf, std::vector<grpc::Slice>& keep) {
+  keep.clear();
+  segments out;
+  if (!buf.Dump(&keep).ok()) return out;
+  out.reserve(keep.size());
+  for (const auto& s : keep) out.push_back({s.begin(), s.size()});
+  return out;
+}
+
+/// RPCs whose request is one message: sent with WriteLast, no further reads.
+bool single_request(rpc r) { return r != rpc::add_artifacts && r != rpc::unknown; }
+
+/// RPCs routed by operation id before session id.
+bool follows_operation(rpc r, const request_fields& f) {
+  if (f.operation_id.empty()) return false;
+  return r == rpc::reattach_execute || r == rpc::release_execute ||
+         (r == rpc::interrupt && f.interrupt_type == 3);
+}
+
+class forward_call final : public grpc::ServerGenericBidiReactor {
+ public:
+  forward_call(forward_context& fx, grpc::GenericCallbackServerContext* ctx)
+      : fx_(fx), ctx_(ctx), upstream_(*this), log_(spdlog::get("forward")) {
+    core::global_metrics().forward_active_calls.fetch_add(1, std::memory_order_relaxed);
+    const std::string& method = ctx_->method();
+    rpc_ = rpc_from_path(method);
+    auto& md = ctx_->client_metadata();
+    auto rid = md.find("x-request-id");
+    request_id_ = rid != md.end() ? std::string(view(rid->second)) : core::new_request_id();
+    if (method.compare(0, service_prefix.size(), service_prefix) != 0) {
+      core::bump(core::global_metrics().forward_unimplemented_total);
+      finish_local(grpc::StatusCode::UNIMPLEMENTED,
+                   "scg forwards only " + std::string(service_prefix) + "* methods, not " + method);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  // --- client side (server reactor) -----------------------------------------
+
+  // Every upstream operation started from here runs under a hold on the
+  // backend call (see start_upstream), so the backend side cannot finish
+  // underneath it.
+
+  void OnReadDone(bool ok) override {
+    if (!routed_) return route_first_message(ok);
+    if (!ok) {  // client half-closed (or went away): no more writes
+      upstream_.StartWritesDone();
+      return upstream_.RemoveHold();
+    }
+    core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
+    upstream_.StartWrite(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return stop_reading_backend();  // client gone
+    upstream_.StartRead(&response_);
+  }
+
+  void OnSendInitialMetadataDone(bool ok) override {
+    if (!ok) return stop_reading_backend();
+    upstream_.StartRead(&response_);
+  }
+
+  void OnCancel() override {
+    bool started;
+    {
+      std::lock_guard lock{mu_};
+      cancelled_ = true;
+      started = upstream_started_;
+    }
+    if (started) client_ctx_.TryCancel();
+  }
+
+  void OnDone() override {
+    core::global_metrics().count_rpc(rpc_, final_code_);
+    core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
+    release();
+  }
+
+ private:
+  /// The backend side of the call.
+  class upstream_reactor final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit upstream_reactor(forward_call& call) : call_(call) {}
+    void OnReadInitialMetadataDone(bool ok) override { call_.on_backend_headers(ok); }
+    void OnReadDone(bool ok) override { call_.on_backend_message(ok); }
+    void OnWriteDone(bool ok) override { call_.on_backend_write_done(ok); }
+    void OnDone(const grpc::Status& status) override { call_.on_backend_done(status); }
+
+   private:
+    forward_call& call_;
+  };
+
+  // --- routing ---------------------------------------------------------------
+
+  void route_first_message(bool ok) {
+    routed_ = true;
+    has_first_message_ = ok;
+    if (ok) {
+      auto scan = scan_request(rpc_, segments_of(request_, slices_), fields_);
+      if (!scan) {
+        core::bump(core::global_metrics().forward_invalid_argument_total);
+        return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string("request is not a valid ") +
+                                std::string(rpc_name(rpc_)) + " message: " + scan.reason);
+      }
+    }
+    key_ = actors::session_key{"", fields_.user_id, fields_.session_id}.str();
+    const auto now = actors::now_ms();
+    if (follows_operation(rpc_, fields_)) {
+      if (auto op = fx_.table->find_op(fields_.operation_id, now)) return start_upstream(op->backend);
+    }
+    if (fields_.session_id.empty() || fx_.backends.empty()) {
+      // Nothing to keep affinity for (no message, or an rpc without a
+      // session): spread over reachable backends; the backend answers.
+      return start_upstream(any_backend());
+    }
+    if (auto b = fx_.table->find_session(key_, now)) return start_upstream(*b);
+    fx_.router->resolve(key_, [this](actors::route_result r) {
+      if (!r.backend) {
+        log_->info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
+                   r.error);
+        return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
+      }
+      start_upstream(*r.backend);
+    });
+  }
+
+  backend_index any_backend() {
+    const auto n = fx_.backends.size();
+    auto start = fx_.cursor.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t k = 0; k < n; ++k) {
+      auto i = (start + k) % n;
+      if (fx_.backends[i]->reachable.load(std::memory_order_relaxed))
+        return static_cast<backend_index>(i);
+    }
+    return static_cast<backend_index>(start % n);
+  }
+
+  // --- the backend call --------------------------------------------------------
+
+  void start_upstream(backend_index b) {
+    backend_index_ = b;
+    backend_ = fx_.backends[b];
+    if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
+
+    for (const auto& [k, v] : ctx_->client_metadata()) {
+      if (!hop_by_hop(view(k))) client_ctx_.AddMetadata(std::string(view(k)), std::string(view(v)));
+    }
+    client_ctx_.AddMetadata("x-request-id", request_id_);
+    if (ctx_->deadline() != std::chrono::system_clock::time_point::max())
+      client_ctx_.set_deadline(ctx_->deadline());
+
+    {
+      std::lock_guard lock{mu_};
+      upstream_started_ = !cancelled_;
+    }
+    if (!upstream_started_) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
+    backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
+    log_->debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
+
+    backend_->stub->PrepareBidiStreamingCall(&client_ctx_, ctx_->method(), grpc::StubOptions(),
+                                             &upstream_);
+    // Holds keep the backend call alive while we start its operations from
+    // the client side: one for the response flow, until the backend's last
+    // message; one for the request flow of streaming requests, until the
+    // client half-closes or the backend stops taking messages.
+    upstream_.AddHold();
+    if (has_first_message_) {
+      core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
+      if (single_request(rpc_)) {
+        upstream_.StartWriteLast(&request_, grpc::WriteOptions());
+      } else {
+        upstream_.AddHold();
+        upstream_.StartWrite(&request_);
+      }
+    } else {
+      upstream_.StartWritesDone();
+    }
+    upstream_.StartCall();
+  }
+
+  void on_backend_headers(bool ok) {
+    if (!ok) return upstream_.RemoveHold();  // trailers-only answer: on_backend_done has it all
+    got_headers_ = true;
+    for (const auto& [k, v] : client_ctx_.GetServerInitialMetadata()) {
+      if (!transport_header(view(k)))
+        ctx_->AddInitialMetadata(std::string(view(k)), std::string(view(v)));
+    }
+    // Streams pass the backend's headers on at once (a long query shows them
+    // before its first result); unary calls send them with the response.
+    if (is_unary(rpc_))
+      upstream_.StartRead(&response_);
+    else
+      StartSendInitialMetadata();
+  }
+
+  void on_backend_message(bool ok) {
+    if (!ok) return upstream_.RemoveHold();  // backend sent its last; on_backend_done follows
+    if (responses_++ == 0) learn_from_first_response();
+    core::bump(core::global_metrics().forward_response_bytes_total, response_.Length());
+    StartWrite(&response_);
+  }
+
+  void on_backend_write_done(bool ok) {
+    if (single_request(rpc_)) return;
+    // A failed write means the backend call ended; on_backend_done says why.
+    if (ok)
+      StartRead(&request_);
+    else
+      upstream_.RemoveHold();
+  }
+
+  /// The client cannot take more responses: end the response flow and the call.
+  void stop_reading_backend() {
+    client_ctx_.TryCancel();
+    upstream_.RemoveHold();
+  }
+
+  void on_backend_done(const grpc::Status& status) {
+    backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
+    grpc::Status out = status;
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !got_headers_) {
+      // Nothing came from the backend: the gateway could not reach it.
+      core::bump(core::global_metrics().forward_backend_unavailable_total);
+      backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
+      out = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         "scg: backend " + backend_->name + " (" + backend_->address +
+                             ") is unavailable: " + status.error_message(),
+                         status.error_details());
+      log_->warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
+                 rpc_name(rpc_), backend_->name, status.error_message());
+    }
+    if (status.ok()) learn_from_success();
+    for (const auto& [k, v] : client_ctx_.GetServerTrailingMetadata()) {
+      if (!transport_header(view(k)))
+        ctx_->AddTrailingMetadata(std::string(view(k)), std::string(view(v)));
+    }
+    log_->debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_),
+                backend_->name, core::status_code_name(out.error_code()));
+    finish(out);
+    release();
+  }
+
+  // --- learning from the conversation ------------------------------------------
+
+  void learn_operation(const std::string& op_id) {
+    fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms());
+    core::bump(core::global_metrics().router_operations_learned_total);
+    fx_.router->operation_started(key_, op_id);
+  }
+
+  void learn_from_first_response() {
+    if (rpc_ != rpc::execute_plan && rpc_ != rpc::clone_session) return;
+    response_fields f;
+    if (!scan_response(rpc_, segments_of(response_, slices_), f)) return;  // passed on as is
+    if (rpc_ == rpc::execute_plan && fields_.operation_id.empty() && !f.operation_id.empty())
+      learn_operation(f.operation_id);
+    if (rpc_ == rpc::clone_session) {
+      const auto& id = !f.new_session_id.empty() ? f.new_session_id : fields_.new_session_id;
+      if (!id.empty())
+        fx_.router->bind_clone(actors::session_key{"", fields_.user_id, id}.str(), backend_index_);
+    }
+  }
+
+  void learn_from_success() {
+    if (rpc_ == rpc::release_session && !fields_.session_id.empty()) {
+      fx_.router->session_released(key_);
+    } else if (rpc_ == rpc::release_execute && fields_.release_all &&
+               fx_.table->erase_op(fields_.operation_id)) {
+      core::bump(core::global_metrics().router_operations_released_total);
+      fx_.router->operation_released(key_, fields_.operation_id);
+    }
+  }
+
+  // --- finishing -----------------------------------------------------------------
+
+  /// Answers the client with a status scg produced itself (logged by the caller).
+  void finish_local(grpc::StatusCode code, const std::string& message) {
+    finish(grpc::Status(code, message));
+  }
+
+  /// Finishes the client call. No client write is in flight here: responses
+  /// are written only between two backend reads, and the backend side ends
+  /// after its last read.
+  void finish(const grpc::Status& status) {
+    final_code_ = status.error_code();
+    Finish(status);
+  }
+
+  void release() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  forward_context& fx_;
+  grpc::GenericCallbackServerContext* ctx_;
+  grpc::ClientContext client_ctx_;
+  upstream_reactor upstream_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::shared_ptr<actors::backend_state> backend_;
+
+  rpc rpc_ = rpc::unknown;
+  std::string request_id_;
+  std::string key_;
+  request_fields fields_;
+  grpc::ByteBuffer request_;   // client → backend, one message in flight
+  grpc::ByteBuffer response_;  // backend → client, one message in flight
+  std::vector<grpc::Slice> slices_;
+  bool routed_ = false;
+  bool has_first_message_ = false;
+  bool got_headers_ = false;
+  std::uint64_t responses_ = 0;
+
+  backend_index backend_index_ = 0;
+  int final_code_ = 0;
+
+  std::mutex mu_;  // between OnCancel and the start of the backend call
+  bool upstream_started_ = false;
+  bool cancelled_ = false;
+  std::atomic<int> refs_{1};  // the client side; the backend side adds one
+};
+
+}  // namespace
+
+grpc::ServerGenericBidiReactor* start_forward(forward_context& fx,
+                                              grpc::GenericCallbackServerContext* ctx) {
+  return new forward_call(fx, ctx);
+}
+
+}  // namespace scg::net

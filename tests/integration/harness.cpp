@@ -1,1 +1,263 @@
-// placeholder
+#include "tests/integration/harness.hpp"
+
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace scg::test {
+
+namespace fs = std::filesystem;
+
+std::string bin(const std::string& name) { return std::string(SCG_BIN_DIR) + "/" + name; }
+
+temp_dir::temp_dir() {
+  std::string tmpl = (fs::temp_directory_path() / "scg-test-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+temp_dir::~temp_dir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string temp_dir::write(const std::string& name, const std::string& text) const {
+  auto p = file(name);
+  std::ofstream(p) << text;
+  return p;
+}
+
+process::process(const std::vector<std::string>& argv, const std::string& log_path) : log_(log_path) {
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    // Unblock signals the test runner may have blocked.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+process::process(process&& other) noexcept : pid_(other.pid_), log_(std::move(other.log_)) {
+  other.pid_ = -1;
+}
+
+process::~process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+void process::signal(int sig) const {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+std::optional<int> process::wait(std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (pid_ > 0) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+long process::rss_kib() const {
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+nlohmann::json wait_for_json_file(const std::string& path, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(path);
+    if (in) {
+      auto j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded()) return j;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  throw std::runtime_error("timed out waiting for " + path);
+}
+
+fake_spark start_fake(const temp_dir& dir, const std::string& name,
+                      const std::vector<std::string>& extra) {
+  auto port_file = dir.file(name + ".ports");
+  std::vector<std::string> argv{bin("scg-fake-spark"), "--listen", "127.0.0.1:0", "--ui-listen",
+                                "127.0.0.1:0", "--name", name, "--port-file", port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  process p{argv, dir.file(name + ".log")};
+  auto ports = wait_for_json_file(port_file, 10s);
+  return {name, std::move(p), ports.at("grpc").get<int>(), ports.at("ui").get<int>()};
+}
+
+std::string gateway_yaml(const std::vector<const fake_spark*>& backends, const std::string& extra) {
+  std::ostringstream y;
+  y << "bind_addr: \"127.0.0.1:0\"\nadmin_addr: \"127.0.0.1:0\"\nbackends:\n";
+  for (const auto* b : backends)
+    y << "  - { name: " << b->name << ", address: \"" << b->address() << "\", ui_url: \"http://127.0.0.1:"
+      << b->ui_port << "\" }\n";
+  y << "logging: { level: info }\n" << extra;
+  return y.str();
+}
+
+gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag) {
+  auto cfg = dir.write(tag + ".yaml", yaml);
+  auto port_file = dir.file(tag + ".ports");
+  process p{{bin("scg"), "--config", cfg, "--port-file", port_file}, dir.file(tag + ".log")};
+  auto ports = wait_for_json_file(port_file, 10s);
+  return {std::move(p), ports.at("grpc").get<int>(), ports.at("admin").get<int>()};
+}
+
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(2);
+  c.set_read_timeout(5);
+  auto r = c.Get(path.c_str());
+  if (!r) return {-1, ""};
+  return {r->status, r->body};
+}
+
+std::pair<int, std::string> http_post(int port, const std::string& path, const std::string& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(2);
+  c.set_read_timeout(5);
+  auto r = c.Post(path.c_str(), body, "application/json");
+  if (!r) return {-1, ""};
+  return {r->status, r->body};
+}
+
+std::shared_ptr<grpc::Channel> channel_to(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // A private connection per channel, so tests measure what they mean to.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port) {
+  return spark::connect::SparkConnectService::NewStub(channel_to(port));
+}
+
+namespace {
+
+std::multimap<std::string, std::string> copy_md(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+  std::multimap<std::string, std::string> out;
+  for (const auto& [k, v] : md) out.emplace(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
+  return out;
+}
+
+/// Writes every request, then half-closes; reads until the end.
+class raw_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  raw_call(grpc::GenericStub& stub, const std::string& method, const std::vector<std::string>& reqs,
+           const std::map<std::string, std::string>& md, std::chrono::milliseconds timeout) {
+    for (const auto& r : reqs) {
+      grpc::Slice s(r);
+      requests_.emplace_back(&s, 1);
+    }
+    for (const auto& [k, v] : md) ctx_.AddMetadata(k, v);
+    ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+    stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
+    write_next();
+    StartRead(&in_);
+    StartCall();
+  }
+  raw_result get() { return done_.get_future().get(); }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) write_next();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    std::vector<grpc::Slice> slices;
+    (void)in_.Dump(&slices);
+    std::string msg;
+    for (const auto& s : slices) msg.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    result_.responses.push_back(std::move(msg));
+    StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    result_.status = s;
+    result_.initial = copy_md(ctx_.GetServerInitialMetadata());
+    result_.trailing = copy_md(ctx_.GetServerTrailingMetadata());
+    done_.set_value(std::move(result_));
+  }
+
+ private:
+  void write_next() {
+    if (next_ < requests_.size())
+      StartWrite(&requests_[next_++]);
+    else if (next_++ == requests_.size())
+      StartWritesDone();
+  }
+  grpc::ClientContext ctx_;
+  std::vector<grpc::ByteBuffer> requests_;
+  std::size_t next_ = 0;
+  grpc::ByteBuffer in_;
+  raw_result result_;
+  std::promise<raw_result> done_;
+};
+
+}  // namespace
+
+raw_result call_raw(grpc::Channel& channel, const std::string& method,
+                    const std::vector<std::string>& requests,
+                    const std::map<std::string, std::string>& metadata,
+                    std::chrono::milliseconds timeout) {
+  std::shared_ptr<grpc::Channel> ch(&channel, [](grpc::Channel*) {});
+  grpc::GenericStub stub(ch);
+  raw_call call(stub, method, requests, metadata, timeout);
+  return call.get();
+}
+
+std::string header(const std::multimap<std::string, std::string>& md, const std::string& key) {
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : it->second;
+}
+
+std::string header(const grpc::ClientContext& ctx, const std::string& key, bool trailing) {
+  const auto& md = trailing ? ctx.GetServerTrailingMetadata() : ctx.GetServerInitialMetadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+spark::connect::UserContext user(const std::string& id) {
+  spark::connect::UserContext u;
+  u.set_user_id(id);
+  return u;
+}
+
+}  // namespace scg::test

@@ -1,0 +1,52 @@
+#pragma once
+// What the data path and the admin API share about one backend. The backend
+// actor owns its lifecycle and writes the atomics; gRPC threads read them and
+// use the channel without an actor round trip.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace grpc {
+class Channel;
+class ByteBuffer;
+template <class RequestType, class ResponseType>
+class TemplatedGenericStub;
+typedef TemplatedGenericStub<ByteBuffer, ByteBuffer> GenericStub;
+}  // namespace grpc
+
+namespace scg::actors {
+
+/// One Spark Connect server as this replica sees it.
+struct backend_state {
+  std::string name;
+  std::string address;
+  std::string ui_url;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> stub;  ///< one HTTP/2 connection multiplexes all calls
+
+  std::atomic<bool> reachable{true};   ///< false while the channel is in TRANSIENT_FAILURE
+  std::atomic<bool> draining{false};   ///< no new sessions (set by the placement issue's API)
+  std::atomic<std::int64_t> in_flight{0};        ///< calls being forwarded to it now
+  std::atomic<std::uint64_t> calls_total{0};     ///< calls started to it
+  std::atomic<std::uint64_t> unavailable_total{0};  ///< calls that failed to reach it
+
+  backend_state(std::string n, std::string a, std::string u);
+  ~backend_state();
+  backend_state(const backend_state&) = delete;
+  backend_state& operator=(const backend_state&) = delete;
+};
+
+using backend_list = std::vector<std::shared_ptr<backend_state>>;
+
+/// Creates a backend with its channel: one HTTP/2 connection, message limits
+/// from `max_message_bytes`, reconnect attempts bounded by `connect_timeout_ms`
+/// so calls to a dead server fail fast with UNAVAILABLE.
+std::shared_ptr<backend_state> make_backend(const std::string& name, const std::string& address,
+                                            const std::string& ui_url,
+                                            std::size_t max_message_bytes,
+                                            int connect_timeout_ms);
+
+}  // namespace scg::actors

@@ -1,0 +1,57 @@
+#pragma once
+// The actor protocol: every message the router, session and backend actors
+// exchange, in one place. CAF 0.17: atoms are at most 10 characters.
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <string>
+
+#include "actors/backend.hpp"
+#include "actors/router.hpp"
+#include "actors/session_table.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(scg::actors::route_callback)
+
+namespace scg::actors {
+
+// router ← data path (through scg::actors::router)
+using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
+using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index)
+using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id): started
+using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
+using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
+using drain_atom = caf::atom_constant<caf::atom("drain")>;      // (): no new sessions
+
+// router ← session actor
+using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten
+
+// self-addressed timers
+using expire_atom = caf::atom_constant<caf::atom("expire")>;  // session idle check
+using tick_atom = caf::atom_constant<caf::atom("tick")>;      // periodic work
+
+/// Settings the router needs, taken from config once.
+struct router_settings {
+  std::int64_t session_ttl_ms;
+  std::int64_t op_ttl_ms;
+  int placement_kind;  ///< placement_policy::strategy
+  double utilization_weight;
+  double session_weight;
+  std::size_t session_cap;
+};
+
+/// The session directory: places new sessions, spawns and tracks session
+/// actors, expires operations.
+caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
+                        std::shared_ptr<session_table> table, backend_list backends);
+
+/// One live session: its binding, its operations, idle expiry after `ttl_ms`.
+/// Forgets its entries in `table` and tells `router` (ended_atom) when it ends.
+caf::actor spawn_session(caf::local_actor* parent, std::string key,
+                         std::shared_ptr<session_table> table, std::int64_t ttl_ms,
+                         caf::actor router);
+
+/// One backend: watches its channel's connectivity and publishes reachability.
+caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend);
+
+}  // namespace scg::actors

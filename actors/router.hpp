@@ -1,0 +1,63 @@
+#pragma once
+// The router: the data path's only door into the actors. Every call is a
+// non-blocking send; answers come back through a callback, so gRPC reactors
+// never wait on an actor.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/backend.hpp"
+#include "actors/session_table.hpp"
+#include "config/config.hpp"
+
+namespace caf {
+class actor_system;
+}
+
+namespace scg::actors {
+
+/// The answer to a routing question: a backend, or why there is none.
+struct route_result {
+  std::optional<backend_index> backend;
+  std::string error;  ///< set when backend is empty
+};
+
+/// Called exactly once with the answer, on an actor thread.
+using route_callback = std::function<void(route_result)>;
+
+/// Front of the router actor (session directory and placement decisions).
+class router {
+ public:
+  /// Spawns the router actor and one backend actor per backend.
+  router(caf::actor_system& sys, const config::gateway& cfg,
+         std::shared_ptr<session_table> table, backend_list backends);
+  ~router();
+
+  /// Binds a brand-new session (key from session_key::str()) to a backend
+  /// chosen by placement, spawning its session actor; if the key is bound by
+  /// now, answers that binding.
+  void resolve(std::string key, route_callback done) const;
+
+  /// Binds `key` to `backend` unless bound (CloneSession's new session).
+  void bind_clone(std::string key, backend_index backend) const;
+
+  /// The session `key` started operation `op_id`.
+  void operation_started(std::string key, std::string op_id) const;
+
+  /// Operation `op_id` of `key` was released (ReleaseExecute release_all).
+  void operation_released(std::string key, std::string op_id) const;
+
+  /// The backend accepted ReleaseSession for `key`: forget it.
+  void session_released(std::string key) const;
+
+  /// Stops taking new sessions (SIGTERM drain).
+  void stop_new_sessions() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace scg::actors

@@ -1,0 +1,106 @@
+#pragma once
+// The routing table the data path reads: session key → backend, and
+// operation id → backend. Thread-safe and sharded, so gRPC threads look up
+// bindings without an actor round trip; actors own the lifecycle (creation,
+// expiry, release) and write here.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace scg::actors {
+
+/// Identity of a Spark session as the gateway keys it.
+struct session_key {
+  std::string tenant;
+  std::string user_id;
+  std::string session_id;
+  /// One string for maps and messages. Each part is length-prefixed, so no
+  /// choice of ids can make two different keys collide.
+  std::string str() const;
+};
+
+using backend_index = std::uint32_t;
+using clock_ms = std::int64_t;  ///< milliseconds of a monotonic clock
+
+/// Milliseconds on the steady clock, the time base of the table.
+clock_ms now_ms();
+
+/// Sharded, thread-safe session and operation index.
+class session_table {
+ public:
+  struct op_entry {
+    backend_index backend;
+    std::string session;  ///< session_key::str() of the session that started it
+  };
+
+  explicit session_table(std::size_t backend_count);
+
+  /// The backend bound to `key`, refreshing its last-seen time.
+  std::optional<backend_index> find_session(const std::string& key, clock_ms now);
+
+  /// Binds `key` to `backend` unless already bound; returns the binding in force.
+  backend_index bind_session(const std::string& key, backend_index backend, clock_ms now);
+
+  /// Last-seen time of `key`, nullopt when unbound.
+  std::optional<clock_ms> session_last_seen(const std::string& key) const;
+
+  /// Forgets `key`; true when it was bound.
+  bool erase_session(const std::string& key);
+
+  /// The backend that ran `op_id`, refreshing its last-seen time.
+  std::optional<op_entry> find_op(const std::string& op_id, clock_ms now);
+
+  /// Records that `op_id` runs on `backend` for session `session`; an existing
+  /// entry keeps its backend (the first writer wins) and is refreshed.
+  backend_index add_op(const std::string& op_id, backend_index backend,
+                       const std::string& session, clock_ms now);
+
+  /// True when `op_id` is indexed (does not refresh it).
+  bool has_op(const std::string& op_id) const;
+
+  /// Forgets `op_id`; true when it was known.
+  bool erase_op(const std::string& op_id);
+
+  /// Removes operations unseen for `ttl_ms`; returns how many.
+  std::size_t expire_ops(clock_ms now, clock_ms ttl_ms);
+
+  std::size_t session_count() const { return sessions_.load(std::memory_order_relaxed); }
+  std::size_t op_count() const { return ops_.load(std::memory_order_relaxed); }
+  /// Sessions bound to each backend on this replica.
+  std::vector<std::size_t> sessions_per_backend() const;
+
+ private:
+  static constexpr std::size_t shard_count = 16;
+  struct session_entry {
+    backend_index backend;
+    std::atomic<clock_ms> last_seen;
+    session_entry(backend_index b, clock_ms t) : backend(b), last_seen(t) {}
+  };
+  struct op_slot {
+    op_entry op;
+    std::atomic<clock_ms> last_seen;
+    op_slot(op_entry o, clock_ms t) : op(std::move(o)), last_seen(t) {}
+  };
+  template <class V>
+  struct shard {
+    mutable std::shared_mutex mutex;
+    std::unordered_map<std::string, V> map;
+  };
+  static std::size_t shard_of(std::string_view key);
+
+  std::array<shard<session_entry>, shard_count> session_shards_;
+  std::array<shard<op_slot>, shard_count> op_shards_;
+  std::vector<std::atomic<std::size_t>> per_backend_;
+  std::atomic<std::size_t> sessions_{0};
+  std::atomic<std::size_t> ops_{0};
+};
+
+}  // namespace scg::actors

@@ -1,0 +1,63 @@
+#pragma once
+// Process-wide counters and gauges, rendered as Prometheus text. Declared as
+// X-macro blocks, counters first, then gauges: one line adds a metric.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "net/wire.hpp"
+
+namespace scg::core {
+
+#define SCG_COUNTERS(X)                                                                         \
+  X(forward_invalid_argument_total, "Requests refused: the body is not a valid message")      \
+  X(forward_unimplemented_total, "Calls to methods outside the Spark Connect service")         \
+  X(forward_backend_unavailable_total, "Calls answered UNAVAILABLE: backend not reachable")   \
+  X(forward_no_backend_total, "New sessions refused: no backend eligible")                    \
+  X(forward_shutting_down_total, "Calls refused because the replica is draining")            \
+  X(forward_request_bytes_total, "Message bytes forwarded from clients to backends")          \
+  X(forward_response_bytes_total, "Message bytes forwarded from backends to clients")         \
+  X(router_decisions_total, "New-session placement decisions made by this replica")           \
+  X(router_sessions_expired_total, "Session bindings expired after session_ttl_secs idle")    \
+  X(router_sessions_released_total, "Session bindings forgotten after ReleaseSession")        \
+  X(router_operations_learned_total, "Operation ids added to the operation index")            \
+  X(router_operations_released_total, "Operation ids removed by ReleaseExecute(release_all)") \
+  X(router_operations_expired_total, "Operation ids expired after op_ttl_secs unseen")        \
+  X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")
+
+#define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
+
+/// The gRPC status codes 0..16, by name as Prometheus labels show them.
+inline constexpr std::size_t status_code_count = 17;
+const char* status_code_name(int code);
+
+/// All of scg's own metrics. One instance per process: global_metrics().
+struct metrics {
+#define SCG_DECLARE(name, help) std::atomic<std::uint64_t> name{0};
+  SCG_COUNTERS(SCG_DECLARE)
+  SCG_GAUGES(SCG_DECLARE)
+#undef SCG_DECLARE
+  /// Finished calls by rpc and status code (scg_forward_rpcs_total).
+  std::array<std::array<std::atomic<std::uint64_t>, status_code_count>, net::rpc_count> rpcs{};
+
+  void count_rpc(net::rpc r, int code) {
+    if (code < 0 || code >= static_cast<int>(status_code_count)) code = 2;  // UNKNOWN
+    rpcs[static_cast<std::size_t>(r)][static_cast<std::size_t>(code)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
+
+  /// Appends every metric in Prometheus text format to `out`.
+  void render(std::string& out) const;
+};
+
+/// The process's metrics.
+metrics& global_metrics();
+
+/// Adds `v` to a counter (relaxed: counters order nothing).
+inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v = 1) {
+  c.fetch_add(v, std::memory_order_relaxed);
+}
+
+}  // namespace scg::core

@@ -1,0 +1,45 @@
+#pragma once
+// The admin HTTP endpoint: health, readiness, backends, metrics.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "actors/backend.hpp"
+#include "actors/session_table.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace scg::net {
+
+/// What the admin endpoint reports; owned by the gateway.
+struct admin_view {
+  actors::backend_list backends;
+  std::shared_ptr<actors::session_table> table;
+  std::atomic<bool> ready{false};     ///< serving and not draining
+};
+
+class admin_http {
+ public:
+  /// Binds `addr` ("host:port", port 0 picks one); throws std::runtime_error
+  /// naming the address when it cannot.
+  admin_http(const std::string& addr, admin_view& view);
+  ~admin_http();
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+/// The body of GET /api/v1/backends.
+std::string backends_json(const admin_view& view);
+
+/// The body of GET /metrics.
+std::string metrics_text(const admin_view& view);
+
+}  // namespace scg::net

@@ -1,0 +1,131 @@
+#pragma once
+// Test harness: real scg and scg-fake-spark processes on loopback, cleaned up
+// by pid; raw and typed gRPC clients.
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spark_connect.grpc.pb.h"
+
+namespace scg::test {
+
+using namespace std::chrono_literals;
+
+/// Path of a built binary (scg, scg-fake-spark).
+std::string bin(const std::string& name);
+
+/// A fresh directory under /tmp, removed with its contents at destruction.
+class temp_dir {
+ public:
+  temp_dir();
+  ~temp_dir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  /// Writes `text` to a file in the directory and returns its path.
+  std::string write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
+/// A child process; SIGKILLed and reaped at destruction unless already gone.
+class process {
+ public:
+  /// Starts `argv` with stdout and stderr appended to `log_path`.
+  process(const std::vector<std::string>& argv, const std::string& log_path);
+  ~process();
+  process(process&& other) noexcept;
+  process(const process&) = delete;
+  process& operator=(const process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const;
+  /// Waits up to `timeout` for exit; the exit code, or nullopt on time-out
+  /// (or -signal when killed by a signal).
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  /// Resident set size in KiB, from /proc.
+  long rss_kib() const;
+  const std::string& log_path() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+};
+
+/// Waits up to `timeout` for a JSON file written by a child (--port-file).
+nlohmann::json wait_for_json_file(const std::string& path, std::chrono::milliseconds timeout);
+
+/// A running scg-fake-spark.
+struct fake_spark {
+  std::string name;
+  process proc;
+  int grpc_port;
+  int ui_port;
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
+};
+
+/// Starts scg-fake-spark NAME on free loopback ports, with extra CLI flags.
+fake_spark start_fake(const temp_dir& dir, const std::string& name,
+                      const std::vector<std::string>& extra = {});
+
+/// A running scg replica.
+struct gateway {
+  process proc;
+  int grpc_port;
+  int admin_port;
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
+};
+
+/// The YAML of a gateway on free loopback ports in front of `backends`,
+/// followed by `extra` YAML lines.
+std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
+                         const std::string& extra = "");
+
+/// Starts scg with config `yaml`.
+gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg");
+
+/// HTTP GET on loopback; {status, body}, status -1 when it failed.
+std::pair<int, std::string> http_get(int port, const std::string& path);
+
+/// HTTP POST of a JSON body on loopback; {status, body}.
+std::pair<int, std::string> http_post(int port, const std::string& path, const std::string& body);
+
+/// A channel to 127.0.0.1:port with 256 MiB message limits.
+std::shared_ptr<grpc::Channel> channel_to(int port);
+
+/// A typed Spark Connect stub.
+std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port);
+
+/// The outcome of a call made with raw bytes.
+struct raw_result {
+  grpc::Status status;
+  std::multimap<std::string, std::string> initial;
+  std::multimap<std::string, std::string> trailing;
+  std::vector<std::string> responses;
+};
+
+/// Sends `requests` (serialized bytes) on `method` as a bidi stream and
+/// collects everything that comes back; bounded by `timeout`.
+raw_result call_raw(grpc::Channel& channel, const std::string& method,
+                    const std::vector<std::string>& requests,
+                    const std::map<std::string, std::string>& metadata = {},
+                    std::chrono::milliseconds timeout = 10s);
+
+/// The first value of `key` in `md`, empty when absent.
+std::string header(const std::multimap<std::string, std::string>& md, const std::string& key);
+
+/// The first value of a server metadata `key` in a ClientContext, empty when absent.
+std::string header(const grpc::ClientContext& ctx, const std::string& key, bool trailing = false);
+
+/// A user context with `user`.
+spark::connect::UserContext user(const std::string& id);
+
+}  // namespace scg::test

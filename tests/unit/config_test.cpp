@@ -1,0 +1,311 @@
+#include "config/config.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <cstdio>
+#include <string>
+
+using namespace scg::config;
+
+namespace {
+
+// Every key, with values other than the defaults.
+const char* full_example = R"(
+bind_addr: "0.0.0.0:15003"
+admin_addr: "127.0.0.1:9090"
+backends:
+  - "spark-connect-0:15002"
+  - { address: "spark-connect-1:15002", name: sc-1, ui_url: "http://spark-connect-1:4040" }
+  - address: "10.0.0.7:15002"
+placement:
+  strategy: round_robin
+  poll_interval_ms: 1500
+  ewma_alpha: 0.5
+  utilization_weight: 0.8
+  session_weight: 0.2
+  session_cap: 40
+affinity:
+  session_ttl_secs: 1800
+  op_ttl_secs: 300
+limits:
+  max_message_bytes: 134217728
+  connect_timeout_ms: 2500
+shutdown:
+  deadline_secs: 0
+logging:
+  level: debug
+cluster:
+  node_name: scg-0
+  bind_addr: "0.0.0.0:7400"
+  seeds: ["scg-1.scg-peers:7400", "[fd00::2]:7400"]
+)";
+
+// The complete example of docs/configuration.md, verbatim; keep the two in step.
+const char* documented_example = R"(
+bind_addr: "0.0.0.0:15003"          # gRPC front door for Spark Connect clients
+admin_addr: "0.0.0.0:9090"          # HTTP admin (metrics, health, API); null disables
+
+backends:                           # "host:port", or an object
+  - "spark-connect-0:15002"
+  - { address: "spark-connect-1:15002", name: sc-1, ui_url: "http://spark-connect-1:4040" }
+  - address: "spark-connect-2:15002"
+    name: sc-2
+    ui_url: "http://spark-connect-2:4040"
+
+placement:
+  strategy: least_loaded            # or round_robin
+  poll_interval_ms: 2000
+  ewma_alpha: 0.3
+  utilization_weight: 0.9
+  session_weight: 0.1
+  session_cap: 50
+
+affinity:
+  session_ttl_secs: 3600
+  op_ttl_secs: 600
+
+limits:
+  max_message_bytes: 268435456      # 256 MiB
+  connect_timeout_ms: 3000
+
+shutdown:
+  deadline_secs: 30
+
+logging:
+  level: info
+
+cluster:                            # accepted, not yet used: scg runs as one replica
+  node_name: scg-0
+  bind_addr: "0.0.0.0:7400"
+  seeds: ["scg-1.scg-peers:7400", "scg-2.scg-peers:7400"]
+
+# Planned, not accepted yet (today these are rejected as unknown keys):
+# auth: { type: static, tokens: [ { token: "…", user_id: alice, tenant: team-a } ] }
+# backend_token: { kind: env, name: SCG_BACKEND_TOKEN }
+)";
+
+gateway ok(const std::string& yaml) {
+  auto r = parse(yaml);
+  if (auto* e = std::get_if<error>(&r)) FAIL("unexpected error: " << e->to_string());
+  return std::get<gateway>(r);
+}
+
+error bad(const std::string& yaml) {
+  auto r = parse(yaml);
+  REQUIRE(std::holds_alternative<error>(r));
+  return std::get<error>(r);
+}
+
+const std::string one_backend = "backends: [\"sc:15002\"]\n";
+
+}  // namespace
+
+TEST_CASE("a full configuration is read into every field", "[config]") {
+  gateway g = ok(full_example);
+  CHECK(g.bind_addr == "0.0.0.0:15003");
+  CHECK(g.admin_addr == "127.0.0.1:9090");
+  REQUIRE(g.backends.size() == 3);
+  CHECK(g.backends[0].name == "spark-connect-0:15002");
+  CHECK(g.backends[0].address == "spark-connect-0:15002");
+  CHECK(g.backends[0].ui_url.empty());
+  CHECK(g.backends[1].name == "sc-1");
+  CHECK(g.backends[1].address == "spark-connect-1:15002");
+  CHECK(g.backends[1].ui_url == "http://spark-connect-1:4040");
+  CHECK(g.backends[2].name == "10.0.0.7:15002");
+  CHECK(g.placement.strategy == "round_robin");
+  CHECK(g.placement.poll_interval_ms == 1500);
+  CHECK(g.placement.ewma_alpha == 0.5);
+  CHECK(g.placement.utilization_weight == 0.8);
+  CHECK(g.placement.session_weight == 0.2);
+  CHECK(g.placement.session_cap == 40);
+  CHECK(g.affinity.session_ttl_secs == 1800);
+  CHECK(g.affinity.op_ttl_secs == 300);
+  CHECK(g.limits.max_message_bytes == 134217728u);
+  CHECK(g.limits.connect_timeout_ms == 2500);
+  CHECK(g.shutdown.deadline_secs == 0);
+  CHECK(g.logging.level == "debug");
+  REQUIRE(g.cluster);
+  CHECK(g.cluster->node_name == "scg-0");
+  CHECK(g.cluster->bind_addr == "0.0.0.0:7400");
+  CHECK(g.cluster->seeds == std::vector<std::string>{"scg-1.scg-peers:7400", "[fd00::2]:7400"});
+}
+
+TEST_CASE("the documented example is valid", "[config]") {
+  gateway g = ok(documented_example);
+  CHECK(g.backends.size() == 3);
+  CHECK(g.backends[2].name == "sc-2");
+  CHECK(g.cluster);
+}
+
+TEST_CASE("a configuration with only backends takes every default", "[config]") {
+  gateway g = ok(one_backend);
+  gateway d;
+  CHECK(g.bind_addr == d.bind_addr);
+  CHECK(g.admin_addr == d.admin_addr);
+  CHECK(g.placement.strategy == "least_loaded");
+  CHECK(g.placement.session_cap == d.placement.session_cap);
+  CHECK(g.limits.max_message_bytes == d.limits.max_message_bytes);
+  CHECK(g.shutdown.deadline_secs == 30);
+  CHECK(g.logging.level == "info");
+  CHECK_FALSE(g.cluster);
+  // Empty sections keep their defaults too.
+  CHECK(ok(one_backend + "placement:\nlimits:\n").placement.ewma_alpha == d.placement.ewma_alpha);
+}
+
+TEST_CASE("admin_addr null disables the admin endpoint", "[config]") {
+  CHECK_FALSE(ok(one_backend + "admin_addr: null\n").admin_addr);
+  CHECK_FALSE(ok(one_backend + "admin_addr: ~\n").admin_addr);
+  CHECK(ok(one_backend + "admin_addr: \"127.0.0.1:0\"\n").admin_addr == "127.0.0.1:0");
+}
+
+TEST_CASE("cluster bind_addr defaults and seeds may be left out", "[config]") {
+  gateway g = ok(one_backend + "cluster: { node_name: scg-3 }\n");
+  REQUIRE(g.cluster);
+  CHECK(g.cluster->bind_addr == "0.0.0.0:7400");
+  CHECK(g.cluster->seeds.empty());
+}
+
+TEST_CASE("configuration errors name the offending field", "[config]") {
+  struct expect {
+    std::string yaml, field, message;
+  };
+  const expect cases[] = {
+      // backends
+      {"bind_addr: \"0.0.0.0:1\"\n", "backends", "at least one backend is required"},
+      {"backends: []\n", "backends", "at least one backend is required"},
+      {"", "backends", "at least one backend is required"},
+      {"backends: \"sc:1\"\n", "backends", "expected a list, got \"sc:1\""},
+      {"backends: [\"sc:1\", { address: foo }]\n", "backends[1].address",
+       "\"foo\" is not host:port"},
+      {"backends: [\"sc:0\"]\n", "backends[0]", "\"sc:0\" is not host:port"},
+      {"backends: [[\"sc:1\"]]\n", "backends[0]", "expected \"host:port\" or a map, got a list"},
+      {"backends: [{ name: x }]\n", "backends[0].address", "required"},
+      {"backends: [{ address: { host: a } }]\n", "backends[0].address",
+       "expected a string, got a map"},
+      {"backends: [{ address: \"a:1\", nmae: x }]\n", "backends[0].nmae", "unknown key"},
+      {"backends: [\"a:1\", \"a:1\"]\n", "backends[1]", "duplicate backend name \"a:1\""},
+      {"backends: [{ address: \"a:1\", name: x }, { address: \"b:1\", name: x }]\n",
+       "backends[1].name", "duplicate backend name \"x\""},
+      {"backends: [{ address: \"a:1\", name: \"\" }]\n", "backends[0].name", "must not be empty"},
+      {"backends: [{ address: \"a:1\", ui_url: \"a:4040\" }]\n", "backends[0].ui_url",
+       "\"a:4040\" is not an http:// or https:// URL"},
+      // top level
+      {one_backend + "bind_adr: \"x:1\"\n", "bind_adr", "unknown key"},
+      {one_backend + "bind_addr: [1]\n", "bind_addr", "expected a string, got a list"},
+      {one_backend + "bind_addr: null\n", "bind_addr", "expected a string, got null"},
+      {one_backend + "admin_addr: \"localhost\"\n", "admin_addr", "\"localhost\" is not host:port"},
+      {"- a\n- b\n", "(root)", "expected a map, got a list"},
+      {one_backend + one_backend, "backends", "duplicate key"},
+      // placement
+      {one_backend + "placement: { strategyy: round_robin }\n", "placement.strategyy",
+       "unknown key"},
+      {one_backend + "placement: { strategy: fastest }\n", "placement.strategy",
+       "unknown strategy \"fastest\" (expected least_loaded or round_robin)"},
+      {one_backend + "placement: least_loaded\n", "placement",
+       "expected a map, got \"least_loaded\""},
+      {one_backend + "placement: { poll_interval_ms: 0 }\n", "placement.poll_interval_ms",
+       "must be at least 1, got 0"},
+      {one_backend + "placement: { ewma_alpha: 0 }\n", "placement.ewma_alpha",
+       "must be greater than 0 and at most 1, got 0"},
+      {one_backend + "placement: { ewma_alpha: 1.5 }\n", "placement.ewma_alpha",
+       "must be greater than 0 and at most 1, got 1.5"},
+      {one_backend + "placement: { ewma_alpha: high }\n", "placement.ewma_alpha",
+       "expected a number, got \"high\""},
+      {one_backend + "placement: { session_weight: -0.1 }\n", "placement.session_weight",
+       "must not be negative, got -0.1"},
+      {one_backend + "placement: { utilization_weight: .nan }\n", "placement.utilization_weight",
+       "expected a number, got \".nan\""},
+      {one_backend + "placement: { session_cap: 0 }\n", "placement.session_cap",
+       "must be at least 1, got 0"},
+      {one_backend + "placement: { session_cap: 1.5 }\n", "placement.session_cap",
+       "expected an integer, got \"1.5\""},
+      // affinity, limits, shutdown, logging
+      {one_backend + "affinity: { session_ttl_secs: -1 }\n", "affinity.session_ttl_secs",
+       "must be at least 1, got -1"},
+      {one_backend + "affinity: { op_ttl_secs: 0 }\n", "affinity.op_ttl_secs",
+       "must be at least 1, got 0"},
+      {one_backend + "limits: { max_message_bytes: 1023 }\n", "limits.max_message_bytes",
+       "must be at least 1024, got 1023"},
+      {one_backend + "limits: { max_message_bytes: 2147483648 }\n", "limits.max_message_bytes",
+       "must be at most 2147483647, got 2147483648"},
+      {one_backend + "limits: { connect_timeout_ms: 0 }\n", "limits.connect_timeout_ms",
+       "must be at least 1, got 0"},
+      {one_backend + "limits: { connect_timeout_ms: 99999999999 }\n", "limits.connect_timeout_ms",
+       "must be at most 2147483647, got 99999999999"},
+      {one_backend + "shutdown: { deadline_secs: soon }\n", "shutdown.deadline_secs",
+       "expected an integer, got \"soon\""},
+      {one_backend + "shutdown: { deadline_secs: -1 }\n", "shutdown.deadline_secs",
+       "must be at least 0, got -1"},
+      {one_backend + "shutdown: { deadline_secs: { a: 1 } }\n", "shutdown.deadline_secs",
+       "expected an integer, got a map"},
+      {one_backend + "shutdown: { grace: 1 }\n", "shutdown.grace", "unknown key"},
+      {one_backend + "logging: { level: verbose }\n", "logging.level",
+       "unknown level \"verbose\" (expected trace, debug, info, warn, error or off)"},
+      // cluster
+      {one_backend + "cluster: { bind_addr: \"0.0.0.0:7400\" }\n", "cluster.node_name", "required"},
+      {one_backend + "cluster: { node_name: a, seeds: [\"b:7400\", \"c\"] }\n", "cluster.seeds[1]",
+       "\"c\" is not host:port"},
+      {one_backend + "cluster: { node_name: a, seeds: \"b:7400\" }\n", "cluster.seeds",
+       "expected a list, got \"b:7400\""},
+      {one_backend + "cluster: { node_name: a, bind_addr: \"0.0.0.0:99999\" }\n",
+       "cluster.bind_addr", "\"0.0.0.0:99999\" is not host:port"},
+      {one_backend + "cluster: { node_name: a, gossip: true }\n", "cluster.gossip", "unknown key"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.yaml);
+    error e = bad(c.yaml);
+    CHECK(e.field == c.field);
+    CHECK(e.message == c.message);
+  }
+}
+
+TEST_CASE("a YAML syntax error names its line", "[config]") {
+  error e = bad(one_backend + "placement: { strategy: [round_robin\n");
+  CHECK(e.field == "(yaml)");
+  CHECK(e.message.rfind("line 3, column", 0) == 0);
+  CHECK(e.to_string().rfind("(yaml): line 3", 0) == 0);
+}
+
+TEST_CASE("an error prints as field colon message", "[config]") {
+  CHECK(error{"placement.strategy", "unknown key"}.to_string() ==
+        "placement.strategy: unknown key");
+}
+
+TEST_CASE("loading a missing file names the path and the cause", "[config]") {
+  auto r = load("/nonexistent/scg.yaml");
+  REQUIRE(std::holds_alternative<error>(r));
+  const error& e = std::get<error>(r);
+  CHECK(e.field == "(file)");
+  CHECK(e.message == "cannot open \"/nonexistent/scg.yaml\": No such file or directory");
+}
+
+TEST_CASE("loading a file parses its contents", "[config]") {
+  char path[] = "/tmp/scg_config_testXXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::FILE* f = fdopen(fd, "w");
+  std::fputs(full_example, f);
+  std::fclose(f);
+  auto r = load(path);
+  std::remove(path);
+  REQUIRE(std::holds_alternative<gateway>(r));
+  CHECK(std::get<gateway>(r).backends.size() == 3);
+}
+
+TEST_CASE("host:port accepts names, IPv4 and bracketed IPv6", "[config]") {
+  for (const char* good : {"localhost:1", "spark-connect-0.svc.cluster.local:15002", "a:65535",
+                           "10.0.0.1:15002", "[::1]:15002", "[fd00::2]:7400", "A-1.b2:80"})
+    CHECK(valid_host_port(good, false));
+  for (const char* bad :
+       {"",           ":1",      "host",        "host:",       "host:0",      "host:65536",
+        "host:-1",    "host:1x", "host:+1",     "*:1",         "ho st:1",     "-host:1",
+        "host-:1",    "a..b:1",  ".a:1",        "999.1.1.1:1", "1.2.3:1",     "::1:15002",
+        "[::1]15002", "[::1]:",  "[nothost]:1", "[::1:1",      "host:123456", "under_score:1",
+        "host:1:2"})
+    CHECK_FALSE(valid_host_port(bad, false));
+  CHECK(valid_host_port("0.0.0.0:0", true));
+  CHECK(valid_host_port("[::]:0", true));
+  CHECK_FALSE(valid_host_port("0.0.0.0:0", false));
+}

@@ -1,0 +1,61 @@
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "actors/session_table.hpp"
+
+using scg::actors::session_key;
+using scg::actors::session_table;
+
+TEST_CASE("session keys of different parts never collide", "[table]") {
+  session_key a{"t", "a\x1f" "b", "c"};
+  session_key b{"t", "a", "b\x1f" "c"};
+  session_key c{"", "ab", "c"};
+  session_key d{"", "a", "bc"};
+  CHECK(a.str() != b.str());
+  CHECK(c.str() != d.str());
+  CHECK(session_key{"t", "u", "s"}.str() == session_key{"t", "u", "s"}.str());
+}
+
+TEST_CASE("the first binding of a session wins and is counted per backend", "[table]") {
+  session_table t{3};
+  CHECK_FALSE(t.find_session("k", 0));
+  CHECK(t.bind_session("k", 2, 10) == 2);
+  CHECK(t.bind_session("k", 1, 20) == 2);
+  CHECK(t.find_session("k", 30) == 2u);
+  CHECK(t.session_last_seen("k") == 30);
+  CHECK(t.session_count() == 1);
+  CHECK(t.sessions_per_backend() == std::vector<std::size_t>{0, 0, 1});
+  CHECK(t.erase_session("k"));
+  CHECK_FALSE(t.erase_session("k"));
+  CHECK(t.session_count() == 0);
+  CHECK(t.sessions_per_backend() == std::vector<std::size_t>{0, 0, 0});
+}
+
+TEST_CASE("operations follow their first backend and expire when unseen", "[table]") {
+  session_table t{2};
+  CHECK(t.add_op("op1", 1, "s", 0) == 1);
+  CHECK(t.add_op("op1", 0, "other", 500) == 1);  // first writer keeps the op
+  auto e = t.find_op("op1", 900);
+  REQUIRE(e);
+  CHECK(e->backend == 1);
+  CHECK(e->session == "s");
+  t.add_op("op2", 0, "s", 0);
+  CHECK(t.expire_ops(1000, 1000) == 1);  // op2 unseen for 1000 ms, op1 seen at 900
+  CHECK(t.has_op("op1"));
+  CHECK_FALSE(t.has_op("op2"));
+  CHECK(t.op_count() == 1);
+  CHECK(t.erase_op("op1"));
+  CHECK(t.op_count() == 0);
+}
+
+TEST_CASE("concurrent binders of one session all see one backend", "[table]") {
+  session_table t{4};
+  std::vector<std::thread> threads;
+  std::vector<std::uint32_t> seen(8);
+  for (std::uint32_t i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] { seen[i] = t.bind_session("same", i % 4, i); });
+  for (auto& th : threads) th.join();
+  for (auto b : seen) CHECK(b == seen[0]);
+  CHECK(t.session_count() == 1);
+}

@@ -1,0 +1,46 @@
+#pragma once
+// scg-fake-spark's gRPC side: an emulated SparkConnectService, plus an echo
+// service answering every method it does not declare.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace scg::fake {
+
+/// Command-line settings. The stream settings are defaults that a request can
+/// override with x-fake-* headers (see README.md).
+struct options {
+  std::string listen = "127.0.0.1:0";
+  std::string name;
+  std::string ui_listen;  // empty: no UI REST API
+  std::string port_file;
+  int64_t stream_max_responses = 0;
+  int64_t responses = 3;
+  int64_t payload_bytes = 64;
+  int64_t delay_ms = 0;
+  int64_t max_message_bytes = int64_t{256} << 20;
+};
+
+/// The emulator's gRPC server; its state lives as long as the object.
+class fake_server {
+ public:
+  explicit fake_server(options opts);
+  ~fake_server();
+
+  /// Binds opts.listen and starts serving; returns the bound port, 0 if binding failed.
+  int start();
+  /// Refuses new calls and cancels the remaining ones after `grace`; idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+  /// Counters for GET /fake/stats. Thread-safe.
+  nlohmann::json stats() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace scg::fake
