@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Configures and builds scg into build/ (two jobs: the machine has two cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" > /dev/null
+cmake --build build -j2 ${SCG_TARGETS:+--target $SCG_TARGETS}
