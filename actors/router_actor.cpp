@@ -1,6 +1,5 @@
 #include "actors/protocol.hpp"
 
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <unordered_map>
@@ -86,7 +85,6 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
     self->quit(msg.reason);
   });
   self->delayed_send(self, op_sweep_interval, tick_atom::value);
-  auto log = spdlog::get("router");
   return {
       [=](bind_atom, const std::string& key, const route_callback& done) {
         auto& st = self->state;
@@ -98,9 +96,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           return done({std::nullopt, no_backend_message(st)});
         }
         core::bump(core::global_metrics().router_decisions_total);
-        auto b = bind(self, key, static_cast<backend_index>(*pick));
-        log->debug("session_bound backend={}", st.backends[b]->name);
-        done({b, {}});
+        done({bind(self, key, static_cast<backend_index>(*pick)), {}});
       },
       [=](clone_atom, const std::string& key, backend_index backend) {
         if (self->state.table->find_session(key, now_ms())) return;

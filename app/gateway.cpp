@@ -59,6 +59,11 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   // costs a few percent of every call (PERFORMANCE-NOTES.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  if (cfg.cluster)
+    log->warn("cluster_ignored node_name={} reason=\"the replica cluster is not implemented yet; "
+              "running as a single replica\"",
+              cfg.cluster->node_name);
+
   caf::actor_system_config caf_cfg;
   caf_cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{caf_cfg};

@@ -55,6 +55,12 @@ bool transport_header(std::string_view key) {
 
 std::string_view view(grpc::string_ref s) { return {s.data(), s.size()}; }
 
+/// The "forward" logger, looked up once (the registry takes a lock).
+spdlog::logger& forward_log() {
+  static const std::shared_ptr<spdlog::logger> log = spdlog::get("forward");
+  return *log;
+}
+
 /// The slices of `buf` as scanner segments; `keep` holds the slice references.
 segments segments_of(const grpc::ByteBuffer& buf, std::vector<grpc::Slice>& keep) {
   keep.clear();
@@ -78,7 +84,7 @@ bool follows_operation(rpc r, const request_fields& f) {
 class forward_call final : public grpc::ServerGenericBidiReactor {
  public:
   forward_call(forward_context& fx, grpc::GenericCallbackServerContext* ctx)
-      : fx_(fx), ctx_(ctx), upstream_(*this), log_(spdlog::get("forward")) {
+      : fx_(fx), ctx_(ctx), upstream_(*this), log_(forward_log()) {
     core::global_metrics().forward_active_calls.fetch_add(1, std::memory_order_relaxed);
     const std::string& method = ctx_->method();
     rpc_ = rpc_from_path(method);
@@ -87,6 +93,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     request_id_ = rid != md.end() ? std::string(view(rid->second)) : core::new_request_id();
     if (method.compare(0, service_prefix.size(), service_prefix) != 0) {
       core::bump(core::global_metrics().forward_unimplemented_total);
+      log_.debug("unimplemented request_id={} method={}", request_id_, method);
       finish_local(grpc::StatusCode::UNIMPLEMENTED,
                    "scg forwards only " + std::string(service_prefix) + "* methods, not " + method);
       return;
@@ -159,6 +166,8 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       auto scan = scan_request(rpc_, segments_of(request_, slices_), fields_);
       if (!scan) {
         core::bump(core::global_metrics().forward_invalid_argument_total);
+        log_.debug("invalid_argument request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
+                   scan.reason);
         return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
                             std::string("request is not a valid ") +
                                 std::string(rpc_name(rpc_)) + " message: " + scan.reason);
@@ -177,10 +186,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     if (auto b = fx_.table->find_session(key_, now)) return start_upstream(*b);
     fx_.router->resolve(key_, [this](actors::route_result r) {
       if (!r.backend) {
-        log_->info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
+        log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
                    r.error);
         return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
       }
+      log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
+                 fx_.backends[*r.backend]->name);
       start_upstream(*r.backend);
     });
   }
@@ -218,7 +229,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     refs_.fetch_add(1, std::memory_order_relaxed);
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
-    log_->debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
+    log_.debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
 
     backend_->stub->PrepareBidiStreamingCall(&client_ctx_, ctx_->method(), grpc::StubOptions(),
                                              &upstream_);
@@ -289,7 +300,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                          "scg: backend " + backend_->name + " (" + backend_->address +
                              ") is unavailable: " + status.error_message(),
                          status.error_details());
-      log_->warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
+      log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
                  rpc_name(rpc_), backend_->name, status.error_message());
     }
     if (status.ok()) learn_from_success();
@@ -297,7 +308,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       if (!transport_header(view(k)))
         ctx_->AddTrailingMetadata(std::string(view(k)), std::string(view(v)));
     }
-    log_->debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_),
+    log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_),
                 backend_->name, core::status_code_name(out.error_code()));
     finish(out);
     release();
@@ -357,7 +368,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   grpc::GenericCallbackServerContext* ctx_;
   grpc::ClientContext client_ctx_;
   upstream_reactor upstream_;
-  std::shared_ptr<spdlog::logger> log_;
+  spdlog::logger& log_;
   std::shared_ptr<actors::backend_state> backend_;
 
   rpc rpc_ = rpc::unknown;

@@ -618,3 +618,27 @@ TEST_CASE("SIGTERM drains: not ready at once, streams in flight finish, exit 0",
   CHECK(n == 9);
   CHECK(gw.proc.wait(10s) == 0);
 }
+
+TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integration]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-ttl");
+  auto gw = start_gateway(dir, gateway_yaml({&a}, "affinity: { session_ttl_secs: 3, op_ttl_secs: 1 }\n"),
+                          "ttl");
+  auto stub = stub_to(gw.grpc_port);
+  for (int i = 0; i < 5; ++i) config(*stub, "ttl-" + std::to_string(i), "max");
+  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("ttl-0", "max", "op-ttl"));
+  REQUIRE(s.status.ok());
+  CHECK(metric(gw.admin_port, "scg_sessions_active") == 5);
+  CHECK(metric(gw.admin_port, "scg_operations_active") == 1);
+  auto wait_until = [&](auto done) {
+    auto deadline = std::chrono::steady_clock::now() + 8s;
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  };
+  // The operation goes first, by its own ttl, while its session still lives.
+  wait_until([&] { return metric(gw.admin_port, "scg_operations_active") == 0; });
+  CHECK(metric(gw.admin_port, "scg_router_operations_expired_total") == 1);
+  CHECK(metric(gw.admin_port, "scg_sessions_active") == 5);
+  wait_until([&] { return metric(gw.admin_port, "scg_sessions_active") == 0; });
+  CHECK(metric(gw.admin_port, "scg_sessions_active") == 0);
+  CHECK(metric(gw.admin_port, "scg_router_sessions_expired_total") == 5);
+}
