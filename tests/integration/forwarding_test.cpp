@@ -140,6 +140,7 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     setup;                                                             \
     sc::Resp resp;                                                     \
     auto s = stub.Rpc(&ctx, req, &resp);                               \
+    INFO(#Rpc);                                                        \
     check(ctx, s, resp.session_id(), resp.server_side_session_id());   \
   }
   SCG_UNARY(AnalyzePlan, AnalyzePlanRequest, AnalyzePlanResponse, {})
@@ -163,7 +164,8 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
       r = in;
       CHECK(r.operation_id() == "op-every-rpc");
     }
-    check(ctx, reader->Finish(), r.session_id(), r.server_side_session_id());
+    auto status = reader->Finish();
+    check(ctx, status, r.session_id(), r.server_side_session_id());
     CHECK(n == 4);  // 3 batches and result_complete (the fake's default)
     CHECK(r.has_result_complete());
 
@@ -175,8 +177,8 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     rel.set_operation_id("op-every-rpc");
     rel.mutable_release_all();
     sc::ReleaseExecuteResponse rresp;
-    check(rctx, stub.ReleaseExecute(&rctx, rel, &rresp), rresp.session_id(),
-          rresp.server_side_session_id());
+    auto rstatus = stub.ReleaseExecute(&rctx, rel, &rresp);
+    check(rctx, rstatus, rresp.session_id(), rresp.server_side_session_id());
   }
   {  // ReattachExecute of an operation that finished: the backend answers
     grpc::ClientContext ctx;
@@ -203,7 +205,8 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
       REQUIRE(writer->Write(req));
     }
     writer->WritesDone();
-    check(ctx, writer->Finish(), resp.session_id(), resp.server_side_session_id());
+    auto status = writer->Finish();
+    check(ctx, status, resp.session_id(), resp.server_side_session_id());
     CHECK(resp.artifacts_size() == 3);
   }
   {  // ReleaseSession last
@@ -213,8 +216,8 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     req.set_session_id(session);
     *req.mutable_user_context() = user("alice");
     sc::ReleaseSessionResponse resp;
-    check(ctx, stub.ReleaseSession(&ctx, req, &resp), resp.session_id(),
-          resp.server_side_session_id());
+    auto status = stub.ReleaseSession(&ctx, req, &resp);
+    check(ctx, status, resp.session_id(), resp.server_side_session_id());
   }
   // scg learned and forgot what it should have.
   auto deadline = std::chrono::steady_clock::now() + 5s;

@@ -1,5 +1,8 @@
 #include "tools/fake_spark/fake_server.hpp"
 
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -9,9 +12,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/grpcpp.h>
 
 #include "google_rpc.pb.h"
 #include "spark_connect.grpc.pb.h"
@@ -155,9 +155,14 @@ std::string make_payload(int64_t size) {
 /// flight at a time; the next step starts from OnWriteDone or from the timer.
 class result_stream_reactor final : public result_writer {
  public:
-  result_stream_reactor(fake_state& state, delayed_executor& timer, const std::atomic<bool>& stopping,
-                        session_key key, const std::string& server_side_id, stream_cursor cursor)
-      : state_(state), timer_(timer), stopping_(stopping), key_(std::move(key)), cursor_(std::move(cursor)),
+  result_stream_reactor(fake_state& state, delayed_executor& timer,
+                        const std::atomic<bool>& stopping, session_key key,
+                        const std::string& server_side_id, stream_cursor cursor)
+      : state_(state),
+        timer_(timer),
+        stopping_(stopping),
+        key_(std::move(key)),
+        cursor_(std::move(cursor)),
         next_index_(cursor_.first_index) {
     response_.set_session_id(key_.session_id);
     response_.set_server_side_session_id(server_side_id);
@@ -180,7 +185,11 @@ class result_stream_reactor final : public result_writer {
     step();
   }
 
-  void OnCancel() override { cancelled_ = true; }
+  /// The client left, its deadline passed, or the server is stopping.
+  void OnCancel() override {
+    cancelled_ = true;
+    state_.count_stream_cancelled();
+  }
   void OnDone() override { delete this; }
 
  private:
@@ -276,11 +285,12 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
       return;
     }
     std::string server_side_id;
-    auto error = state_.with_session(key_, observed_, true, [&](session_state& session) -> maybe_error {
-      server_side_id = session.server_side_id;
-      session.artifacts.insert(names_.begin(), names_.end());
-      return std::nullopt;
-    });
+    auto error =
+        state_.with_session(key_, observed_, true, [&](session_state& session) -> maybe_error {
+          server_side_id = session.server_side_id;
+          session.artifacts.insert(names_.begin(), names_.end());
+          return std::nullopt;
+        });
     if (error) {
       Finish(to_status(state_, *error));
       return;
@@ -361,7 +371,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
   /// From now on every result stream ends at its next step.
   void begin_shutdown() { stopping_ = true; }
 
-  result_writer* ExecutePlan(CallbackServerContext* ctx, const sc::ExecutePlanRequest* request) override {
+  result_writer* ExecutePlan(CallbackServerContext* ctx,
+                             const sc::ExecutePlanRequest* request) override {
     auto call = begin_call(*ctx, state_, "ExecutePlan");
     if (call.failure) return new finished_reactor<result_writer>(*call.failure);
     const result_shape shape{call.knobs.responses.value_or(defaults_.responses),
@@ -369,34 +380,40 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
                              call.knobs.delay_ms.value_or(defaults_.delay_ms),
                              call.knobs.stream_max.value_or(defaults_.stream_max_responses)};
     // Clients that do not choose an operation id learn the generated one from the stream.
-    const std::string op_id = request->operation_id().empty() ? random_uuid() : request->operation_id();
+    const std::string op_id =
+        request->operation_id().empty() ? random_uuid() : request->operation_id();
     std::vector<std::string> tags(request->tags().begin(), request->tags().end());
     std::string server_side_id;
     stream_cursor cursor;
-    auto error = state_.with_session(key_of(*request), observed(*request), true, [&](session_state& session) {
-      server_side_id = session.server_side_id;
-      return session.start(op_id, std::move(tags), shape, cursor);
-    });
+    auto error = state_.with_session(key_of(*request), observed(*request), true,
+                                     [&](session_state& session) {
+                                       server_side_id = session.server_side_id;
+                                       return session.start(op_id, std::move(tags), shape, cursor);
+                                     });
     if (error) return new finished_reactor<result_writer>(to_status(state_, *error));
-    return new result_stream_reactor(state_, timer_, stopping_, key_of(*request), server_side_id, cursor);
+    return new result_stream_reactor(state_, timer_, stopping_, key_of(*request), server_side_id,
+                                     cursor);
   }
 
-  result_writer* ReattachExecute(CallbackServerContext* ctx, const sc::ReattachExecuteRequest* request) override {
+  result_writer* ReattachExecute(CallbackServerContext* ctx,
+                                 const sc::ReattachExecuteRequest* request) override {
     auto call = begin_call(*ctx, state_, "ReattachExecute");
     if (call.failure) return new finished_reactor<result_writer>(*call.failure);
     std::optional<std::string> last_response_id;
     if (request->has_last_response_id()) last_response_id = request->last_response_id();
     std::string server_side_id;
     stream_cursor cursor;
-    auto error = state_.with_session(key_of(*request), observed(*request), false, [&](session_state& session) {
-      server_side_id = session.server_side_id;
-      return session.attach(request->operation_id(), last_response_id, cursor);
-    });
+    auto error = state_.with_session(
+        key_of(*request), observed(*request), false, [&](session_state& session) {
+          server_side_id = session.server_side_id;
+          return session.attach(request->operation_id(), last_response_id, cursor);
+        });
     if (error) return new finished_reactor<result_writer>(to_status(state_, *error));
     // Pace and cut belong to a stream: this request's headers beat the operation's.
     cursor.shape.delay_ms = call.knobs.delay_ms.value_or(cursor.shape.delay_ms);
     cursor.shape.stream_max = call.knobs.stream_max.value_or(cursor.shape.stream_max);
-    return new result_stream_reactor(state_, timer_, stopping_, key_of(*request), server_side_id, cursor);
+    return new result_stream_reactor(state_, timer_, stopping_, key_of(*request), server_side_id,
+                                     cursor);
   }
 
   grpc::ServerReadReactor<sc::AddArtifactsRequest>* AddArtifacts(
@@ -407,7 +424,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     return new artifact_upload_reactor(state_, *response);
   }
 
-  grpc::ServerUnaryReactor* AnalyzePlan(CallbackServerContext* ctx, const sc::AnalyzePlanRequest* request,
+  grpc::ServerUnaryReactor* AnalyzePlan(CallbackServerContext* ctx,
+                                        const sc::AnalyzePlanRequest* request,
                                         sc::AnalyzePlanResponse* response) override {
     return unary(ctx, "AnalyzePlan", *request, *response, session_use::create,
                  [](session_state&) -> maybe_error { return std::nullopt; });
@@ -415,46 +433,54 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
 
   grpc::ServerUnaryReactor* Config(CallbackServerContext* ctx, const sc::ConfigRequest* request,
                                    sc::ConfigResponse* response) override {
-    return unary(ctx, "Config", *request, *response, session_use::create, [&](session_state&) -> maybe_error {
-      add_pair(*response, "spark.fake.backend", state_.name());
-      // A secret an older Spark would echo: the gateway must redact it.
-      add_pair(*response, "spark.connect.authenticate.token", "fake-secret-token");
-      return std::nullopt;
-    });
-  }
-
-  grpc::ServerUnaryReactor* ArtifactStatus(CallbackServerContext* ctx, const sc::ArtifactStatusesRequest* request,
-                                           sc::ArtifactStatusesResponse* response) override {
-    return unary(ctx, "ArtifactStatus", *request, *response, session_use::create,
-                 [&](session_state& session) -> maybe_error {
-                   for (const auto& name : request->names())
-                     (*response->mutable_statuses())[name].set_exists(session.artifacts.count(name) > 0);
+    return unary(ctx, "Config", *request, *response, session_use::create,
+                 [&](session_state&) -> maybe_error {
+                   add_pair(*response, "spark.fake.backend", state_.name());
+                   // A secret an older Spark would echo: the gateway must redact it.
+                   add_pair(*response, "spark.connect.authenticate.token", "fake-secret-token");
                    return std::nullopt;
                  });
   }
 
-  grpc::ServerUnaryReactor* Interrupt(CallbackServerContext* ctx, const sc::InterruptRequest* request,
-                                      sc::InterruptResponse* response) override {
-    using type = sc::InterruptRequest;
-    return unary(ctx, "Interrupt", *request, *response, session_use::create, [&](session_state& session) -> maybe_error {
-      auto ids = session.interrupt([&](const std::string& id, const operation_state& op) {
-        switch (request->interrupt_type()) {
-          case type::INTERRUPT_TYPE_ALL:
-            return true;
-          case type::INTERRUPT_TYPE_TAG:
-            return std::find(op.tags.begin(), op.tags.end(), request->operation_tag()) != op.tags.end();
-          case type::INTERRUPT_TYPE_OPERATION_ID:
-            return id == request->operation_id();
-          default:
-            return false;
-        }
-      });
-      for (const auto& id : ids) response->add_interrupted_ids(id);
-      return std::nullopt;
-    });
+  grpc::ServerUnaryReactor* ArtifactStatus(CallbackServerContext* ctx,
+                                           const sc::ArtifactStatusesRequest* request,
+                                           sc::ArtifactStatusesResponse* response) override {
+    return unary(
+        ctx, "ArtifactStatus", *request, *response, session_use::create,
+        [&](session_state& session) -> maybe_error {
+          for (const auto& name : request->names())
+            (*response->mutable_statuses())[name].set_exists(session.artifacts.count(name) > 0);
+          return std::nullopt;
+        });
   }
 
-  grpc::ServerUnaryReactor* ReleaseExecute(CallbackServerContext* ctx, const sc::ReleaseExecuteRequest* request,
+  grpc::ServerUnaryReactor* Interrupt(CallbackServerContext* ctx,
+                                      const sc::InterruptRequest* request,
+                                      sc::InterruptResponse* response) override {
+    using type = sc::InterruptRequest;
+    return unary(ctx, "Interrupt", *request, *response, session_use::create,
+                 [&](session_state& session) -> maybe_error {
+                   auto ids =
+                       session.interrupt([&](const std::string& id, const operation_state& op) {
+                         switch (request->interrupt_type()) {
+                           case type::INTERRUPT_TYPE_ALL:
+                             return true;
+                           case type::INTERRUPT_TYPE_TAG:
+                             return std::find(op.tags.begin(), op.tags.end(),
+                                              request->operation_tag()) != op.tags.end();
+                           case type::INTERRUPT_TYPE_OPERATION_ID:
+                             return id == request->operation_id();
+                           default:
+                             return false;
+                         }
+                       });
+                   for (const auto& id : ids) response->add_interrupted_ids(id);
+                   return std::nullopt;
+                 });
+  }
+
+  grpc::ServerUnaryReactor* ReleaseExecute(CallbackServerContext* ctx,
+                                           const sc::ReleaseExecuteRequest* request,
                                            sc::ReleaseExecuteResponse* response) override {
     return unary(ctx, "ReleaseExecute", *request, *response, session_use::existing,
                  [&](session_state& session) -> maybe_error {
@@ -466,7 +492,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
                  });
   }
 
-  grpc::ServerUnaryReactor* ReleaseSession(CallbackServerContext* ctx, const sc::ReleaseSessionRequest* request,
+  grpc::ServerUnaryReactor* ReleaseSession(CallbackServerContext* ctx,
+                                           const sc::ReleaseSessionRequest* request,
                                            sc::ReleaseSessionResponse* response) override {
     auto call = begin_call(*ctx, state_, "ReleaseSession");
     if (call.failure) return reply(ctx, *call.failure);
@@ -477,7 +504,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     return reply(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* FetchErrorDetails(CallbackServerContext* ctx, const sc::FetchErrorDetailsRequest* request,
+  grpc::ServerUnaryReactor* FetchErrorDetails(CallbackServerContext* ctx,
+                                              const sc::FetchErrorDetailsRequest* request,
                                               sc::FetchErrorDetailsResponse* response) override {
     return unary(ctx, "FetchErrorDetails", *request, *response, session_use::create,
                  [&](session_state&) -> maybe_error {
@@ -486,7 +514,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
                  });
   }
 
-  grpc::ServerUnaryReactor* CloneSession(CallbackServerContext* ctx, const sc::CloneSessionRequest* request,
+  grpc::ServerUnaryReactor* CloneSession(CallbackServerContext* ctx,
+                                         const sc::CloneSessionRequest* request,
                                          sc::CloneSessionResponse* response) override {
     auto call = begin_call(*ctx, state_, "CloneSession");
     if (call.failure) return reply(ctx, *call.failure);
@@ -503,32 +532,35 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     return reply(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* GetStatus(CallbackServerContext* ctx, const sc::GetStatusRequest* request,
+  grpc::ServerUnaryReactor* GetStatus(CallbackServerContext* ctx,
+                                      const sc::GetStatusRequest* request,
                                       sc::GetStatusResponse* response) override {
-    return unary(ctx, "GetStatus", *request, *response, session_use::create, [&](session_state& session) -> maybe_error {
-      auto add = [&](const std::string& id, const char* status) {
-        auto* entry = response->add_operation_statuses();
-        entry->set_operation_id(id);
-        entry->set_state(status);
-      };
-      const auto& wanted = request->operation_status().operation_ids();
-      if (wanted.empty()) {
-        for (const auto& [id, op] : session.ops) add(id, op.status());
-      }
-      for (const auto& id : wanted) {
-        auto op = session.ops.find(id);
-        add(id, op == session.ops.end() ? "unknown" : op->second.status());
-      }
-      return std::nullopt;
-    });
+    return unary(ctx, "GetStatus", *request, *response, session_use::create,
+                 [&](session_state& session) -> maybe_error {
+                   auto add = [&](const std::string& id, const char* status) {
+                     auto* entry = response->add_operation_statuses();
+                     entry->set_operation_id(id);
+                     entry->set_state(status);
+                   };
+                   const auto& wanted = request->operation_status().operation_ids();
+                   if (wanted.empty()) {
+                     for (const auto& [id, op] : session.ops) add(id, op.status());
+                   }
+                   for (const auto& id : wanted) {
+                     auto op = session.ops.find(id);
+                     add(id, op == session.ops.end() ? "unknown" : op->second.status());
+                   }
+                   return std::nullopt;
+                 });
   }
 
  private:
   /// The shape shared by the unary RPCs: prologue, session lookup and ids, then `fill`
   /// under the state lock.
   template <class Request, class Response, class Fill>
-  grpc::ServerUnaryReactor* unary(CallbackServerContext* ctx, const std::string& method, const Request& request,
-                                  Response& response, session_use use, Fill fill) {
+  grpc::ServerUnaryReactor* unary(CallbackServerContext* ctx, const std::string& method,
+                                  const Request& request, Response& response, session_use use,
+                                  Fill fill) {
     auto call = begin_call(*ctx, state_, method);
     if (call.failure) return reply(ctx, *call.failure);
     auto error = state_.with_session(key_of(request), observed(request), use == session_use::create,
@@ -540,7 +572,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     return reply(ctx, error ? to_status(state_, *error) : grpc::Status::OK);
   }
 
-  static void add_pair(sc::ConfigResponse& response, const std::string& key, const std::string& value) {
+  static void add_pair(sc::ConfigResponse& response, const std::string& key,
+                       const std::string& value) {
     auto* pair = response.add_pairs();
     pair->set_key(key);
     pair->set_value(value);
@@ -577,7 +610,10 @@ int fake_server::start() {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(impl_->opts.listen, grpc::InsecureServerCredentials(), &port);
-  const int max_bytes = static_cast<int>(std::clamp<int64_t>(impl_->opts.max_message_bytes, 0, INT_MAX));
+  // gRPC's default SO_REUSEPORT would let a second emulator share a busy port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  const int max_bytes =
+      static_cast<int>(std::clamp<int64_t>(impl_->opts.max_message_bytes, 0, INT_MAX));
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&impl_->service);

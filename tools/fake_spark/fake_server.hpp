@@ -5,9 +5,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace scg::fake {
 

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
@@ -19,8 +20,6 @@
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace scg::fake {
 
@@ -118,7 +117,8 @@ struct session_state {
       return invalid_handle("OPERATION_ALREADY_EXISTS", op_id, "Operation already exists.");
     // Clients that never release (non-reattachable ones) would otherwise grow this forever.
     if (ops.size() >= max_ops) {
-      for (auto it = ops.begin(); it != ops.end();) it = it->second.complete ? ops.erase(it) : std::next(it);
+      for (auto it = ops.begin(); it != ops.end();)
+        it = it->second.complete ? ops.erase(it) : std::next(it);
     }
     forget_released(op_id);
     auto& op = ops[op_id];
@@ -149,8 +149,7 @@ struct session_state {
       first = std::min(*index + 1, op.shape.total());
       if (first < op.released_until)
         return spark_error{"INVALID_CURSOR.POSITION_NOT_AVAILABLE",
-                           "The cursor position id " + *last_response_id +
-                               " has been released."};
+                           "The cursor position id " + *last_response_id + " has been released."};
     }
     out = {op_id, first, ++op.attached_stream, op.shape};
     return std::nullopt;
@@ -257,19 +256,34 @@ class fake_state {
 
   void count_rpc(const std::string& method) { bump(rpcs_, method); }
   void count_error(const std::string& error_class) { bump(errors_, error_class); }
-  void count_stream_cut() { std::lock_guard lock(mu_); ++streams_cut_; }
-  void count_bytes(size_t bytes) { std::lock_guard lock(mu_); bytes_out_ += bytes; }
+  void count_stream_cut() {
+    std::lock_guard lock(mu_);
+    ++streams_cut_;
+  }
+  void count_stream_cancelled() {
+    std::lock_guard lock(mu_);
+    ++streams_cancelled_;
+  }
+  void count_bytes(size_t bytes) {
+    std::lock_guard lock(mu_);
+    bytes_out_ += bytes;
+  }
 
   /// The counters as served by GET /fake/stats.
   nlohmann::json stats() const {
     std::lock_guard lock(mu_);
     size_t ops = 0;
     for (const auto& [key, session] : sessions_) ops += session.ops.size();
-    return {{"backend", name_},          {"rpcs", rpcs_},
-            {"errors", errors_},         {"sessions_live", sessions_.size()},
-            {"sessions_created", sessions_created_}, {"ops_live", ops},
-            {"responses_out", responses_out_},       {"bytes_out", bytes_out_},
-            {"streams_cut", streams_cut_}};
+    return {{"backend", name_},
+            {"rpcs", rpcs_},
+            {"errors", errors_},
+            {"sessions_live", sessions_.size()},
+            {"sessions_created", sessions_created_},
+            {"ops_live", ops},
+            {"responses_out", responses_out_},
+            {"bytes_out", bytes_out_},
+            {"streams_cut", streams_cut_},
+            {"streams_cancelled", streams_cancelled_}};
   }
 
  private:
@@ -322,6 +336,7 @@ class fake_state {
   uint64_t responses_out_ = 0;
   uint64_t bytes_out_ = 0;
   uint64_t streams_cut_ = 0;
+  uint64_t streams_cancelled_ = 0;
 };
 
 }  // namespace scg::fake

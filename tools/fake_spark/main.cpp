@@ -1,14 +1,15 @@
 // scg-fake-spark: a Spark Connect server emulator for scg's integration tests,
 // benchmarks and demo. See README.md next to this file.
 
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
-
-#include <pthread.h>
 
 #include "tools/fake_spark/fake_server.hpp"
 #include "tools/fake_spark/ui_api.hpp"
@@ -36,6 +37,16 @@ std::optional<int64_t> parse_count(const std::string& text) {
 /// Reads `--flag value` and `--flag=value`; nullopt (after a message) on any mistake.
 std::optional<options> parse_args(int argc, char** argv) {
   options opts;
+  const std::map<std::string, std::string*> text_flags = {{"--listen", &opts.listen},
+                                                          {"--name", &opts.name},
+                                                          {"--ui-listen", &opts.ui_listen},
+                                                          {"--port-file", &opts.port_file}};
+  const std::map<std::string, int64_t*> count_flags = {
+      {"--stream-max-responses", &opts.stream_max_responses},
+      {"--responses", &opts.responses},
+      {"--payload-bytes", &opts.payload_bytes},
+      {"--delay-ms", &opts.delay_ms},
+      {"--max-message-bytes", &opts.max_message_bytes}};
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
@@ -51,28 +62,18 @@ std::optional<options> parse_args(int argc, char** argv) {
       std::fprintf(stderr, "scg-fake-spark: %s needs a value\n%s", flag.c_str(), usage);
       return std::nullopt;
     }
-    auto count = [&](int64_t& field) {
+    if (auto text = text_flags.find(flag); text != text_flags.end()) {
+      *text->second = value;
+    } else if (auto count = count_flags.find(flag); count != count_flags.end()) {
       auto parsed = parse_count(value);
-      if (parsed) field = *parsed;
-      return parsed.has_value();
-    };
-    bool ok = true;
-    if (flag == "--listen") opts.listen = value;
-    else if (flag == "--name") opts.name = value;
-    else if (flag == "--ui-listen") opts.ui_listen = value;
-    else if (flag == "--port-file") opts.port_file = value;
-    else if (flag == "--stream-max-responses") ok = count(opts.stream_max_responses);
-    else if (flag == "--responses") ok = count(opts.responses);
-    else if (flag == "--payload-bytes") ok = count(opts.payload_bytes);
-    else if (flag == "--delay-ms") ok = count(opts.delay_ms);
-    else if (flag == "--max-message-bytes") ok = count(opts.max_message_bytes);
-    else {
+      if (!parsed) {
+        std::fprintf(stderr, "scg-fake-spark: %s wants a non-negative integer, got '%s'\n",
+                     flag.c_str(), value.c_str());
+        return std::nullopt;
+      }
+      *count->second = *parsed;
+    } else {
       std::fprintf(stderr, "scg-fake-spark: unknown flag %s\n%s", flag.c_str(), usage);
-      return std::nullopt;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "scg-fake-spark: %s wants a non-negative integer, got '%s'\n",
-                   flag.c_str(), value.c_str());
       return std::nullopt;
     }
   }
@@ -88,7 +89,8 @@ std::optional<std::pair<std::string, int>> split_host_port(const std::string& ad
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) return std::nullopt;
   std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   auto port = parse_count(address.substr(colon + 1));
   if (host.empty() || !port || *port > 65535) return std::nullopt;
   return std::pair{host, static_cast<int>(*port)};
@@ -148,7 +150,8 @@ int run(const options& opts) {
     std::fprintf(stderr, "scg-fake-spark: cannot write %s\n", opts.port_file.c_str());
     return 1;
   }
-  const std::string ui_text = ui_address ? ui_address->first + ":" + std::to_string(ui_port) : "off";
+  const std::string ui_text =
+      ui_address ? ui_address->first + ":" + std::to_string(ui_port) : "off";
   std::fprintf(stderr, "scg-fake-spark %s listening grpc=%s:%d ui=%s\n", opts.name.c_str(),
                grpc_address->first.c_str(), grpc_port, ui_text.c_str());
   std::fflush(stderr);

@@ -1,13 +1,13 @@
 #include "tools/fake_spark/ui_api.hpp"
 
+#include <httplib.h>
+
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
-
-#include <httplib.h>
 
 namespace scg::fake {
 namespace {
@@ -23,16 +23,19 @@ struct cluster_load {
 };
 
 json to_json(const cluster_load& load) {
-  return {{"slots", load.slots}, {"active", load.active}, {"pending", load.pending},
+  return {{"slots", load.slots},
+          {"active", load.active},
+          {"pending", load.pending},
           {"completed", load.completed}};
 }
 
 /// Applies the fields present in `body`; nullopt when one is not a non-negative integer.
 std::optional<cluster_load> merged(cluster_load load, const json& body) {
   if (!body.is_object()) return std::nullopt;
-  const std::pair<const char*, int64_t*> fields[] = {
-      {"slots", &load.slots}, {"active", &load.active}, {"pending", &load.pending},
-      {"completed", &load.completed}};
+  const std::pair<const char*, int64_t*> fields[] = {{"slots", &load.slots},
+                                                     {"active", &load.active},
+                                                     {"pending", &load.pending},
+                                                     {"completed", &load.completed}};
   for (auto [key, field] : fields) {
     auto it = body.find(key);
     if (it == body.end()) continue;
@@ -46,8 +49,15 @@ std::optional<cluster_load> merged(cluster_load load, const json& body) {
 /// GET /api/v1/applications/{id}/executors.
 json executors(const cluster_load& load) {
   return json::array({
-      {{"id", "driver"}, {"isActive", true}, {"totalCores", 0}, {"maxTasks", 0}, {"activeTasks", 0}},
-      {{"id", "1"}, {"isActive", true}, {"totalCores", load.slots}, {"maxTasks", load.slots},
+      {{"id", "driver"},
+       {"isActive", true},
+       {"totalCores", 0},
+       {"maxTasks", 0},
+       {"activeTasks", 0}},
+      {{"id", "1"},
+       {"isActive", true},
+       {"totalCores", load.slots},
+       {"maxTasks", load.slots},
        {"activeTasks", load.active}},
   });
 }
@@ -113,15 +123,18 @@ struct ui_api::impl {
       std::lock_guard lock(mu);
       auto next = merged(load, body);
       if (!next) {
-        send_json(res, {{"error", "expected an object of non-negative integers: slots, active, pending, completed"}}, 400);
+        send_json(
+            res,
+            {{"error",
+              "expected an object of non-negative integers: slots, active, pending, completed"}},
+            400);
         return;
       }
       load = *next;
       send_json(res, to_json(load));
     });
-    http.Get("/fake/stats", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, stats());
-    });
+    http.Get("/fake/stats",
+             [this](const httplib::Request&, httplib::Response& res) { send_json(res, stats()); });
   }
 
   const std::string name;

@@ -4,9 +4,8 @@
 
 #include <functional>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace scg::fake {
 
