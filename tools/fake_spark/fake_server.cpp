@@ -1,6 +1,8 @@
 #include "tools/fake_spark/fake_server.hpp"
 
 #include <grpcpp/generic/async_generic_service.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -27,6 +29,20 @@ using result_writer = grpc::ServerWriteReactor<sc::ExecutePlanResponse>;
 
 // ------------------------------------------------------------------ errors
 
+/// Packs `m` into `any` with deterministic map order, so two identical errors
+/// are identical bytes (tests compare details byte for byte).
+void pack_deterministic(const google::protobuf::Message& m, google::protobuf::Any* any) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&out);
+  }
+  any->set_type_url("type.googleapis.com/" + m.GetDescriptor()->full_name());
+  any->set_value(std::move(bytes));
+}
+
 /// A status in Spark's shape: message "[class] text", and google.rpc.Status details
 /// carrying an ErrorInfo that names the class and this backend (plus RetryInfo if asked).
 grpc::Status spark_status(grpc::StatusCode code, const spark_error& error,
@@ -40,12 +56,12 @@ grpc::Status spark_status(grpc::StatusCode code, const spark_error& error,
   google::rpc::Status details;
   details.set_code(code);
   details.set_message(message);
-  details.add_details()->PackFrom(info);
+  pack_deterministic(info, details.add_details());
   if (with_retry_info) {
     google::rpc::RetryInfo retry;
     retry.mutable_retry_delay()->set_seconds(1);
     retry.mutable_retry_delay()->set_nanos(500'000'000);
-    details.add_details()->PackFrom(retry);
+    pack_deterministic(retry, details.add_details());
   }
   return {code, message, details.SerializeAsString()};
 }
