@@ -10,6 +10,13 @@
 #include "app/gateway.hpp"
 #include "config/config.hpp"
 
+// Read by jemalloc (linked into scg when available) at start-up: two arenas
+// suit two cores, and freed pages go back to the OS within a second, so RSS
+// follows the load instead of its peak.
+extern "C" {
+const char* malloc_conf = "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true";
+}
+
 namespace {
 
 int usage(const char* msg) {

@@ -102,10 +102,8 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   }
 
   // --- client side (server reactor) -----------------------------------------
-
-  // Every upstream operation started from here runs under a hold on the
-  // backend call (see start_upstream), so the backend side cannot finish
-  // underneath it.
+  // Upstream operations started from here run under a hold on the backend
+  // call (see start_stream), so the backend side cannot end underneath them.
 
   void OnReadDone(bool ok) override {
     if (!routed_) return route_first_message(ok);
@@ -118,13 +116,41 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) return stop_reading_backend();  // client gone
-    upstream_.StartRead(&response_);
+    std::optional<grpc::Status> finish_now;
+    int write = -1, read = -1;
+    bool end_flow = false;
+    {
+      std::lock_guard lock{mu_};
+      client_writing_ = false;
+      if (!ok) {
+        parked_ = false;
+        client_gone_ = true;
+        end_flow = end_response_flow_locked();
+      } else if (finish_pending_) {
+        finish_now = std::exchange(finish_pending_, std::nullopt);
+      } else if (parked_) {
+        parked_ = false;
+        write = take_read_slot_locked();
+        read = read_slot_;
+      }
+    }
+    if (finish_now) return finish(*finish_now);
+    if (!ok) client_ctx_.TryCancel();  // the client is gone: stop the backend
+    if (end_flow) upstream_.RemoveHold();
+    if (write >= 0) StartWrite(&response_[write]);
+    if (read >= 0) upstream_.StartRead(&response_[read]);
   }
 
   void OnSendInitialMetadataDone(bool ok) override {
-    if (!ok) return stop_reading_backend();
-    upstream_.StartRead(&response_);
+    if (ok) return start_backend_read();
+    bool end_flow;
+    {
+      std::lock_guard lock{mu_};
+      client_gone_ = true;
+      end_flow = end_response_flow_locked();
+    }
+    client_ctx_.TryCancel();
+    if (end_flow) upstream_.RemoveHold();
   }
 
   void OnCancel() override {
@@ -144,7 +170,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   }
 
  private:
-  /// The backend side of the call.
+  /// The backend side of a streaming call.
   class upstream_reactor final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
    public:
     explicit upstream_reactor(forward_call& call) : call_(call) {}
@@ -187,7 +213,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     fx_.router->resolve(key_, [this](actors::route_result r) {
       if (!r.backend) {
         log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
-                   r.error);
+                  r.error);
         return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
       }
       log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
@@ -198,6 +224,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
 
   backend_index any_backend() {
     const auto n = fx_.backends.size();
+    if (n == 0) return 0;
     auto start = fx_.cursor.fetch_add(1, std::memory_order_relaxed);
     for (std::size_t k = 0; k < n; ++k) {
       auto i = (start + k) % n;
@@ -210,6 +237,8 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   // --- the backend call --------------------------------------------------------
 
   void start_upstream(backend_index b) {
+    if (fx_.backends.empty())
+      return finish_local(grpc::StatusCode::UNAVAILABLE, "scg: no backends are configured");
     backend_index_ = b;
     backend_ = fx_.backends[b];
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
@@ -230,16 +259,36 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
     log_.debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
+    if (has_first_message_)
+      core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
 
+    if (is_unary(rpc_) && has_first_message_)
+      start_unary();
+    else
+      start_stream();
+  }
+
+  /// Unary RPCs: one backend call batch and one write-and-finish to the
+  /// client, about a third of the operations of the streaming path.
+  void start_unary() {
+    unary_ = true;
+    backend_->stub->UnaryCall(&client_ctx_, ctx_->method(), grpc::StubOptions(), &request_,
+                              &response_[0], [this](grpc::Status status) {
+                                pass_headers();
+                                if (status.ok()) learn_from_first_response(response_[0]);
+                                on_backend_done(status);
+                              });
+  }
+
+  void start_stream() {
     backend_->stub->PrepareBidiStreamingCall(&client_ctx_, ctx_->method(), grpc::StubOptions(),
                                              &upstream_);
-    // Holds keep the backend call alive while we start its operations from
-    // the client side: one for the response flow, until the backend's last
-    // message; one for the request flow of streaming requests, until the
-    // client half-closes or the backend stops taking messages.
+    // Holds keep the backend call alive while operations on it start from
+    // the client side: one for the response flow, until its end; one for the
+    // request flow of streaming requests, until the client half-closes or the
+    // backend stops taking messages.
     upstream_.AddHold();
     if (has_first_message_) {
-      core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
       if (single_request(rpc_)) {
         upstream_.StartWriteLast(&request_, grpc::WriteOptions());
       } else {
@@ -252,26 +301,84 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     upstream_.StartCall();
   }
 
-  void on_backend_headers(bool ok) {
-    if (!ok) return upstream_.RemoveHold();  // trailers-only answer: on_backend_done has it all
-    got_headers_ = true;
-    for (const auto& [k, v] : client_ctx_.GetServerInitialMetadata()) {
+  /// Copies the backend's initial metadata onto the client call.
+  void pass_headers() {
+    const auto& md = client_ctx_.GetServerInitialMetadata();
+    got_headers_ = got_headers_ || !md.empty();
+    for (const auto& [k, v] : md) {
       if (!transport_header(view(k)))
         ctx_->AddInitialMetadata(std::string(view(k)), std::string(view(v)));
     }
-    // Streams pass the backend's headers on at once (a long query shows them
-    // before its first result); unary calls send them with the response.
-    if (is_unary(rpc_))
-      upstream_.StartRead(&response_);
-    else
-      StartSendInitialMetadata();
+  }
+
+  void on_backend_headers(bool ok) {
+    if (!ok) {  // trailers-only answer: on_backend_done has it all
+      std::lock_guard lock{mu_};
+      backend_eof_ = true;
+      if (!end_response_flow_locked()) return;
+    } else {
+      got_headers_ = true;
+      pass_headers();
+      // A stream shows the backend's headers at once (a long query shows
+      // them before its first result).
+      return StartSendInitialMetadata();
+    }
+    upstream_.RemoveHold();
+  }
+
+  // The response flow is double-buffered: while one message is written to
+  // the client, the next is read from the backend — one read and one write
+  // in flight, no more, so a slow client slows the backend.
+
+  void start_backend_read() {
+    {
+      std::lock_guard lock{mu_};
+      backend_reading_ = true;
+    }
+    upstream_.StartRead(&response_[read_slot_]);
   }
 
   void on_backend_message(bool ok) {
-    if (!ok) return upstream_.RemoveHold();  // backend sent its last; on_backend_done follows
-    if (responses_++ == 0) learn_from_first_response();
-    core::bump(core::global_metrics().forward_response_bytes_total, response_.Length());
-    StartWrite(&response_);
+    if (ok && responses_++ == 0) learn_from_first_response(response_[read_slot_]);
+    if (ok) core::bump(core::global_metrics().forward_response_bytes_total, response_[read_slot_].Length());
+    int write = -1, read = -1;
+    bool end_flow = false;
+    {
+      std::lock_guard lock{mu_};
+      backend_reading_ = false;
+      if (!ok) {
+        backend_eof_ = true;
+        end_flow = end_response_flow_locked();
+      } else if (client_gone_) {
+        end_flow = end_response_flow_locked();
+      } else if (client_writing_) {
+        parked_ = true;  // written when the write in flight completes
+      } else {
+        write = take_read_slot_locked();
+        read = read_slot_;
+      }
+    }
+    if (end_flow) return upstream_.RemoveHold();
+    if (write >= 0) StartWrite(&response_[write]);
+    if (read >= 0) upstream_.StartRead(&response_[read]);
+  }
+
+  /// Hands the slot just read to the writer and flips reads to the other
+  /// slot; marks both directions busy.
+  int take_read_slot_locked() {
+    int slot = read_slot_;
+    read_slot_ ^= 1;
+    client_writing_ = true;
+    backend_reading_ = true;
+    return slot;
+  }
+
+  /// True once, when the response flow is over: no backend read in flight
+  /// and none to come.
+  bool end_response_flow_locked() {
+    if (flow_ended_ || backend_reading_ || !(backend_eof_ || client_gone_)) return false;
+    flow_ended_ = true;
+    return true;
   }
 
   void on_backend_write_done(bool ok) {
@@ -281,12 +388,6 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       StartRead(&request_);
     else
       upstream_.RemoveHold();
-  }
-
-  /// The client cannot take more responses: end the response flow and the call.
-  void stop_reading_backend() {
-    client_ctx_.TryCancel();
-    upstream_.RemoveHold();
   }
 
   void on_backend_done(const grpc::Status& status) {
@@ -301,7 +402,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                              ") is unavailable: " + status.error_message(),
                          status.error_details());
       log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
-                 rpc_name(rpc_), backend_->name, status.error_message());
+                rpc_name(rpc_), backend_->name, status.error_message());
     }
     if (status.ok()) learn_from_success();
     for (const auto& [k, v] : client_ctx_.GetServerTrailingMetadata()) {
@@ -309,8 +410,14 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
         ctx_->AddTrailingMetadata(std::string(view(k)), std::string(view(v)));
     }
     log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_),
-                backend_->name, core::status_code_name(out.error_code()));
-    finish(out);
+               backend_->name, core::status_code_name(out.error_code()));
+    bool now;
+    {
+      std::lock_guard lock{mu_};
+      now = !client_writing_;
+      if (!now) finish_pending_ = out;  // OnWriteDone finishes
+    }
+    if (now) finish(out);
     release();
   }
 
@@ -322,10 +429,10 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     fx_.router->operation_started(key_, op_id);
   }
 
-  void learn_from_first_response() {
+  void learn_from_first_response(const grpc::ByteBuffer& msg) {
     if (rpc_ != rpc::execute_plan && rpc_ != rpc::clone_session) return;
     response_fields f;
-    if (!scan_response(rpc_, segments_of(response_, slices_), f)) return;  // passed on as is
+    if (!scan_response(rpc_, segments_of(msg, slices_), f)) return;  // passed on as is
     if (rpc_ == rpc::execute_plan && fields_.operation_id.empty() && !f.operation_id.empty())
       learn_operation(f.operation_id);
     if (rpc_ == rpc::clone_session) {
@@ -352,12 +459,16 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     finish(grpc::Status(code, message));
   }
 
-  /// Finishes the client call. No client write is in flight here: responses
-  /// are written only between two backend reads, and the backend side ends
-  /// after its last read.
+  /// Finishes the client call; a unary answer goes with its response in one
+  /// batch. Called once, with no client write in flight.
   void finish(const grpc::Status& status) {
     final_code_ = status.error_code();
-    Finish(status);
+    if (status.ok() && unary_) {
+      core::bump(core::global_metrics().forward_response_bytes_total, response_[0].Length());
+      StartWriteAndFinish(&response_[0], grpc::WriteOptions(), status);
+    } else {
+      Finish(status);
+    }
   }
 
   void release() {
@@ -375,20 +486,28 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   std::string request_id_;
   std::string key_;
   request_fields fields_;
-  grpc::ByteBuffer request_;   // client → backend, one message in flight
-  grpc::ByteBuffer response_;  // backend → client, one message in flight
+  grpc::ByteBuffer request_;      // client → backend, one message in flight
+  grpc::ByteBuffer response_[2];  // backend → client: one being read, one being written
   std::vector<grpc::Slice> slices_;
   bool routed_ = false;
   bool has_first_message_ = false;
-  bool got_headers_ = false;
+  bool got_headers_ = false;  // the backend answered with headers: it was reached
+  bool unary_ = false;        // forwarded as a unary call (start_unary)
   std::uint64_t responses_ = 0;
-
   backend_index backend_index_ = 0;
   int final_code_ = 0;
 
-  std::mutex mu_;  // between OnCancel and the start of the backend call
+  std::mutex mu_;  // guards what both sides touch, below
   bool upstream_started_ = false;
   bool cancelled_ = false;
+  int read_slot_ = 0;             // response_ slot the next backend read fills
+  bool backend_reading_ = false;  // a backend read is in flight
+  bool client_writing_ = false;   // a client write is in flight
+  bool parked_ = false;           // a message read, waiting for the client write
+  bool backend_eof_ = false;      // the backend sent its last message
+  bool client_gone_ = false;      // the client cannot take more
+  bool flow_ended_ = false;       // the response-flow hold was removed
+  std::optional<grpc::Status> finish_pending_;
   std::atomic<int> refs_{1};  // the client side; the backend side adds one
 };
 
