@@ -1,0 +1,108 @@
+#pragma once
+// The replicated table every replica holds: sessions ("s/…") and operation ids
+// ("o/…") bound to backend names. Writes carry a version (hybrid logical time +
+// node) and the newest version wins, so merges are idempotent and commutative
+// and replicas converge whatever the order, loss or repetition of deliveries.
+// A hash per digest bucket, updated on every change, lets two replicas find
+// the few keys they disagree on without shipping the table.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/hlc.hpp"
+
+namespace scg::cluster {
+
+inline constexpr std::size_t digest_buckets = 64;
+
+/// One hash per bucket: XOR of the hashes of the bucket's entries.
+using bucket_digest = std::array<std::uint64_t, digest_buckets>;
+
+/// One replicated key: a live binding to a backend, or a tombstone.
+struct entry {
+  std::string key;      ///< opaque to the table; callers prefix it ("s/", "o/")
+  std::string backend;  ///< backend name (stable across replicas); empty for tombstones
+  std::string session;  ///< owning session key of an operation; empty for sessions
+  version ver;
+  bool deleted = false;
+  std::uint64_t tombstone_expires_ms = 0;  ///< wall time after which a tombstone is dropped
+};
+
+/// What a merge did.
+struct merge_result {
+  bool applied = false;  ///< the incoming entry is now the one in force
+  /// Two live entries named different backends: the incoming one replaced a
+  /// live local one, or lost against it. Replicas count it whichever of two
+  /// concurrent writes reaches them first.
+  bool conflict = false;
+  std::optional<entry> previous;  ///< the entry replaced, when applied over one
+};
+
+/// Last-writer-wins map from key to entry, with an incrementally maintained
+/// anti-entropy digest. Not thread-safe: one actor owns it.
+class replicated_table {
+ public:
+  /// Applies `incoming` when its version is newer than the local one (or the
+  /// key is absent); an equal or older version changes nothing.
+  merge_result merge(const entry& incoming);
+
+  /// Local write binding `key` to `backend`. Returns the entry in force: the
+  /// new one, or the local one when it holds a newer version.
+  const entry& put(const std::string& key, std::string backend, std::string session, version ver);
+
+  /// Local delete: leaves a tombstone at `ver` that expire_tombstones() drops
+  /// once the wall clock reaches `now_wall_ms + tombstone_ttl_ms`. Returns the
+  /// entry in force, as put().
+  const entry& erase(const std::string& key, version ver, std::uint64_t tombstone_ttl_ms,
+                     std::uint64_t now_wall_ms);
+
+  /// The entry for `key`, tombstone included; nullptr when absent.
+  const entry* find(const std::string& key) const;
+
+  /// The per-bucket hashes; O(1), they are kept up to date on every change.
+  bucket_digest digest() const { return hashes_; }
+
+  /// Every entry of bucket `b` (tombstones included), in no particular order;
+  /// empty when `b` is out of range.
+  std::vector<entry> bucket_entries(std::size_t b) const;
+
+  /// Drops tombstones whose expiry is at or before `now_wall_ms`; returns how many.
+  std::size_t expire_tombstones(std::uint64_t now_wall_ms);
+
+  /// Entries held, tombstones included.
+  std::size_t size() const { return size_; }
+  /// Entries held that are not tombstones.
+  std::size_t live_count() const { return live_; }
+
+  /// Every entry (tombstones included) in no particular order, for a full sync.
+  std::vector<entry> all() const;
+
+  /// The digest bucket of `key`; the same on every replica.
+  static std::size_t bucket_of(std::string_view key);
+
+  /// What an entry contributes to its bucket's hash: a stable hash of key,
+  /// version and deleted flag (a version names one write, so the rest follows).
+  static std::uint64_t entry_hash(const entry& e);
+
+ private:
+  // Last-writer-wins core of merge, put and erase; returns the entry in force.
+  const entry& upsert(entry incoming, merge_result& result);
+  void account(std::size_t bucket, const entry& e, bool adding);
+
+  // Keys are sharded by digest bucket so bucket_entries() reads one shard.
+  std::array<std::unordered_map<std::string, entry>, digest_buckets> shards_;
+  bucket_digest hashes_{};
+  std::size_t size_ = 0;
+  std::size_t live_ = 0;
+};
+
+/// Indices of the buckets where two digests differ, ascending.
+std::vector<std::size_t> differing_buckets(const bucket_digest& a, const bucket_digest& b);
+
+}  // namespace scg::cluster

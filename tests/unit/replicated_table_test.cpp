@@ -1,0 +1,326 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cluster/hlc.hpp"
+#include "cluster/replicated_table.hpp"
+
+using namespace scg::cluster;
+
+namespace {
+
+version ver(std::uint64_t wall, std::string node, std::uint32_t logical = 0) {
+  return version{{wall, logical}, std::move(node)};
+}
+
+entry live(std::string key, std::string backend, version v) {
+  return entry{std::move(key), std::move(backend), {}, std::move(v), false, 0};
+}
+
+entry tombstone(std::string key, version v, std::uint64_t expires) {
+  return entry{std::move(key), {}, {}, std::move(v), true, expires};
+}
+
+// One line per entry, sorted by key: equal dumps mean identical tables.
+std::string dump(const replicated_table& t) {
+  auto entries = t.all();
+  std::sort(entries.begin(), entries.end(),
+            [](const entry& a, const entry& b) { return a.key < b.key; });
+  std::ostringstream out;
+  for (const auto& e : entries)
+    out << e.key << " backend=" << e.backend << " session=" << e.session
+        << " ver=" << e.ver.time.wall_ms << '.' << e.ver.time.logical << '@' << e.ver.node
+        << " deleted=" << e.deleted << " expires=" << e.tombstone_expires_ms << '\n';
+  return out.str();
+}
+
+// A key whose digest bucket differs from `other`'s.
+std::string key_outside_bucket_of(const std::string& other) {
+  for (int i = 0;; ++i) {
+    std::string k = "s/k" + std::to_string(i);
+    if (replicated_table::bucket_of(k) != replicated_table::bucket_of(other)) return k;
+  }
+}
+
+constexpr std::uint64_t forever = std::numeric_limits<std::uint64_t>::max();
+
+}  // namespace
+
+TEST_CASE("a newer version replaces an entry and an equal or older one does not", "[table]") {
+  replicated_table t;
+  auto r = t.merge(live("s/a", "b1", ver(100, "n1")));
+  CHECK(r.applied);
+  CHECK_FALSE(r.previous);
+  CHECK(t.size() == 1);
+  CHECK(t.live_count() == 1);
+
+  r = t.merge(live("s/a", "b1", ver(200, "n1")));
+  CHECK(r.applied);
+  REQUIRE(r.previous);
+  CHECK(r.previous->ver == ver(100, "n1"));
+  CHECK(t.find("s/a")->ver == ver(200, "n1"));
+
+  CHECK_FALSE(t.merge(live("s/a", "b1", ver(150, "n9"))).applied);
+  CHECK_FALSE(t.merge(live("s/a", "b1", ver(200, "n1"))).applied);
+  CHECK(t.find("s/a")->ver == ver(200, "n1"));
+  CHECK(t.size() == 1);
+  CHECK(t.find("s/none") == nullptr);
+}
+
+TEST_CASE("merging the same entry again changes nothing", "[table]") {
+  replicated_table t;
+  entry e = live("o/op1", "b2", ver(100, "n1"));
+  e.session = "s/x";
+  t.merge(e);
+  const auto d = t.digest();
+  const auto before = dump(t);
+  auto r = t.merge(e);
+  CHECK_FALSE(r.applied);
+  CHECK_FALSE(r.conflict);
+  CHECK_FALSE(r.previous);
+  CHECK(t.digest() == d);
+  CHECK(dump(t) == before);
+  CHECK(t.find("o/op1")->session == "s/x");
+}
+
+TEST_CASE("a version tie on time is broken by node name", "[table]") {
+  replicated_table x, y;
+  entry from_a = live("s/k", "b1", ver(100, "a"));
+  entry from_b = live("s/k", "b2", ver(100, "b"));
+  x.merge(from_a);
+  x.merge(from_b);
+  y.merge(from_b);
+  y.merge(from_a);
+  CHECK(x.find("s/k")->backend == "b2");
+  CHECK(dump(x) == dump(y));
+}
+
+TEST_CASE("concurrent bindings to different backends count one conflict on every replica "
+          "that sees both",
+          "[table]") {
+  entry older = live("s/k", "b1", ver(100, "a"));
+  entry newer = live("s/k", "b2", ver(100, "b"));
+
+  // The writers each hold their own write and receive the other's.
+  replicated_table a, b;
+  a.put(older.key, older.backend, {}, older.ver);
+  b.put(newer.key, newer.backend, {}, newer.ver);
+  auto at_a = a.merge(newer);  // replaces the local live entry
+  auto at_b = b.merge(older);  // loses against the local live entry
+  CHECK(at_a.applied);
+  CHECK(at_a.conflict);
+  CHECK_FALSE(at_b.applied);
+  CHECK(at_b.conflict);
+
+  // A third replica counts one conflict in either order.
+  for (bool older_first : {true, false}) {
+    replicated_table c;
+    int conflicts = 0;
+    for (const auto& e : older_first ? std::vector<entry>{older, newer}
+                                     : std::vector<entry>{newer, older})
+      conflicts += c.merge(e).conflict ? 1 : 0;
+    CHECK(conflicts == 1);
+    CHECK(c.find("s/k")->backend == "b2");
+    CHECK(dump(c) == dump(a));
+  }
+  CHECK(dump(a) == dump(b));
+}
+
+TEST_CASE("bindings that agree on the backend, and tombstones, are not conflicts", "[table]") {
+  replicated_table t;
+  t.merge(live("s/k", "b1", ver(100, "a")));
+  CHECK_FALSE(t.merge(live("s/k", "b1", ver(100, "b"))).conflict);  // same backend, newer
+  CHECK_FALSE(t.merge(live("s/k", "b1", ver(50, "c"))).conflict);   // same backend, older
+  CHECK_FALSE(t.merge(tombstone("s/k", ver(200, "a"), forever)).conflict);
+  CHECK_FALSE(t.merge(live("s/k", "b9", ver(150, "c"))).conflict);  // loses to a tombstone
+  CHECK_FALSE(t.merge(live("s/k", "b9", ver(300, "c"))).conflict);  // replaces a tombstone
+}
+
+TEST_CASE("a tombstone beats an older binding and expires after its ttl", "[table]") {
+  replicated_table t;
+  t.put("s/k", "b1", {}, ver(100, "a"));
+  const entry& gone = t.erase("s/k", ver(200, "a"), 1000, 5000);
+  CHECK(gone.deleted);
+  CHECK(gone.backend.empty());
+  CHECK(gone.tombstone_expires_ms == 6000);
+  CHECK(t.size() == 1);
+  CHECK(t.live_count() == 0);
+
+  // A late delivery of an older binding does not bring the session back.
+  auto r = t.merge(live("s/k", "b2", ver(150, "b")));
+  CHECK_FALSE(r.applied);
+  CHECK(t.find("s/k")->deleted);
+
+  CHECK(t.expire_tombstones(5999) == 0);
+  CHECK(t.expire_tombstones(6000) == 1);
+  CHECK(t.find("s/k") == nullptr);
+  CHECK(t.size() == 0);
+  CHECK(t.digest() == bucket_digest{});
+}
+
+TEST_CASE("a binding newer than a tombstone brings the key back", "[table]") {
+  replicated_table t;
+  t.erase("s/k", ver(200, "a"), 1000, 0);  // a delete of a key never seen
+  CHECK(t.find("s/k")->deleted);
+  auto r = t.merge(live("s/k", "b3", ver(300, "b")));
+  CHECK(r.applied);
+  REQUIRE(r.previous);
+  CHECK(r.previous->deleted);
+  CHECK(t.live_count() == 1);
+  CHECK(t.expire_tombstones(forever) == 0);
+  CHECK(t.find("s/k")->backend == "b3");
+}
+
+TEST_CASE("a local write older than the entry in force does not apply", "[table]") {
+  replicated_table t;
+  t.merge(live("s/k", "b1", ver(500, "b")));
+  const entry& in_force = t.put("s/k", "b2", {}, ver(400, "a"));
+  CHECK(in_force.backend == "b1");
+  CHECK(in_force.ver == ver(500, "b"));
+  const entry& still = t.erase("s/k", ver(450, "a"), 10, 0);
+  CHECK_FALSE(still.deleted);
+}
+
+TEST_CASE("the digest changes on every change and returns when the same state is reached "
+          "in another order",
+          "[table]") {
+  replicated_table t;
+  const auto empty = t.digest();
+  CHECK(empty == bucket_digest{});
+
+  t.put("s/a", "b1", {}, ver(1, "n"));
+  const auto d1 = t.digest();
+  CHECK(d1 != empty);
+  t.put("s/b", "b1", {}, ver(2, "n"));
+  const auto d2 = t.digest();
+  CHECK(d2 != d1);
+  t.put("s/a", "b1", {}, ver(3, "n"));  // same backend, newer version
+  const auto d3 = t.digest();
+  CHECK(d3 != d2);
+  t.erase("s/a", ver(4, "n"), 10, 100);
+  const auto d4 = t.digest();
+  CHECK(d4 != d3);
+  t.expire_tombstones(110);
+  const auto d5 = t.digest();
+  CHECK(d5 != d4);
+
+  // The same final state, reached the other way round.
+  replicated_table u;
+  u.merge(live("s/b", "b1", ver(2, "n")));
+  CHECK(u.digest() == d5);
+  CHECK(dump(u) == dump(t));
+}
+
+TEST_CASE("differing buckets name exactly the bucket that changed", "[table]") {
+  replicated_table a, b;
+  for (int i = 0; i < 300; ++i) {
+    entry e = live("s/" + std::to_string(i), "b" + std::to_string(i % 3), ver(i + 1, "n"));
+    a.merge(e);
+    b.merge(e);
+  }
+  CHECK(differing_buckets(a.digest(), b.digest()).empty());
+
+  b.put("s/17", "b2", {}, ver(1000, "m"));
+  const auto diff = differing_buckets(a.digest(), b.digest());
+  REQUIRE(diff.size() == 1);
+  CHECK(diff[0] == replicated_table::bucket_of("s/17"));
+
+  // Repair by anti-entropy: ship only the differing buckets.
+  for (auto bucket : diff) {
+    for (const auto& e : b.bucket_entries(bucket)) a.merge(e);
+    for (const auto& e : a.bucket_entries(bucket)) b.merge(e);
+  }
+  CHECK(a.digest() == b.digest());
+  CHECK(dump(a) == dump(b));
+}
+
+TEST_CASE("bucket entries hold exactly the keys of their bucket", "[table]") {
+  replicated_table t;
+  t.put("s/x", "b1", {}, ver(1, "n"));
+  const std::string other = key_outside_bucket_of("s/x");
+  t.put(other, "b1", {}, ver(2, "n"));
+  auto in_x = t.bucket_entries(replicated_table::bucket_of("s/x"));
+  REQUIRE(in_x.size() == 1);
+  CHECK(in_x[0].key == "s/x");
+  CHECK(t.bucket_entries(digest_buckets).empty());
+  CHECK(t.all().size() == 2);
+}
+
+TEST_CASE("replicas converge whatever the order of delivery", "[table]") {
+  constexpr int replicas = 3;
+  const std::array<std::string, replicas> names{"r0", "r1", "r2"};
+  const std::array<std::string, 5> keys{"s/a", "s/b", "s/c", "o/1", "o/2"};
+  std::mt19937_64 rng{20240601};
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+
+  for (int trial = 0; trial < 200; ++trial) {
+    std::array<std::uint64_t, replicas> walls{1000, 1000, 1000};
+    std::vector<hlc> clocks;
+    for (int r = 0; r < replicas; ++r) clocks.emplace_back([&walls, r] { return walls[r]; });
+    std::array<replicated_table, replicas> tables;
+    std::vector<entry> sent;  // every local write, as it would go on the wire
+
+    // Concurrent local writes with skewed, stalling and backward wall clocks,
+    // interleaved with partial deliveries between replicas.
+    for (int step = 0; step < 40; ++step) {
+      const std::size_t r = pick(replicas);
+      walls[r] = walls[r] + pick(4) - (pick(5) == 0 ? 3 : 0);
+      const std::string& key = keys[pick(keys.size())];
+      switch (pick(3)) {
+        case 0: {
+          version v{clocks[r].now(), names[r]};
+          std::string session = key[0] == 'o' ? "s/a" : "";
+          sent.push_back(tables[r].put(key, "b" + std::to_string(pick(3)), session, v));
+          break;
+        }
+        case 1: {
+          version v{clocks[r].now(), names[r]};
+          sent.push_back(tables[r].erase(key, v, forever, walls[r]));
+          break;
+        }
+        default:
+          if (sent.empty()) break;
+          const entry& e = sent[pick(sent.size())];
+          clocks[r].observe(e.ver.time);
+          tables[r].merge(e);
+      }
+    }
+
+    // The newest write of each key is what everyone must end up with.
+    replicated_table expected;
+    for (const auto& e : sent) {
+      const entry* cur = expected.find(e.key);
+      if (!cur || cur->ver < e.ver) expected.merge(e);
+    }
+
+    // Deliver everything to each replica, and to a newcomer, in its own
+    // random order with repeats.
+    replicated_table newcomer;
+    auto deliver_all = [&](replicated_table& t) {
+      std::vector<entry> inbox = sent;
+      for (int i = 0; i < 5 && !sent.empty(); ++i) inbox.push_back(sent[pick(sent.size())]);
+      std::shuffle(inbox.begin(), inbox.end(), rng);
+      for (const auto& e : inbox) t.merge(e);
+    };
+    for (auto& t : tables) deliver_all(t);
+    deliver_all(newcomer);
+
+    INFO("trial " << trial);
+    const std::string want = dump(expected);
+    for (const auto& t : tables) {
+      REQUIRE(dump(t) == want);
+      REQUIRE(t.digest() == expected.digest());
+      REQUIRE(t.size() == expected.size());
+      REQUIRE(t.live_count() == expected.live_count());
+    }
+    REQUIRE(dump(newcomer) == want);
+    REQUIRE(newcomer.digest() == expected.digest());
+  }
+}
