@@ -23,6 +23,9 @@ using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id):
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
 using drain_atom = caf::atom_constant<caf::atom("drain")>;      // (): no new sessions
 
+// router ← cluster actor
+using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released on a peer
+
 // router ← session actor
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten
 
@@ -38,6 +41,7 @@ struct router_settings {
   double utilization_weight;
   double session_weight;
   std::size_t session_cap;
+  std::string node_name;  ///< this replica in the cluster; empty when alone
 };
 
 /// The session directory: places new sessions, spawns and tracks session

@@ -13,8 +13,9 @@
 #include "config/config.hpp"
 
 namespace caf {
+class actor;
 class actor_system;
-}
+}  // namespace caf
 
 namespace scg::actors {
 
@@ -54,6 +55,9 @@ class router {
 
   /// Stops taking new sessions (SIGTERM drain).
   void stop_new_sessions() const;
+
+  /// The router actor (the cluster actor tells it the members).
+  const caf::actor& actor() const;
 
  private:
   struct impl;

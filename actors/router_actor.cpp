@@ -5,6 +5,8 @@
 #include <unordered_map>
 
 #include "actors/placement.hpp"
+#include "cluster/messages.hpp"
+#include "cluster/rendezvous.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::actors {
@@ -17,6 +19,11 @@ struct router_state {
   std::uint64_t cursor = 0;
   bool accepting = true;
   std::unordered_map<std::string, caf::actor> sessions;
+  // The cluster, when there is one: our cluster actor and the live peers'
+  // routers (self excluded), as the cluster actor last told us.
+  caf::actor cluster;
+  std::vector<std::string> member_names;
+  std::vector<caf::actor> member_routers;
   static inline const char* name = "router";
 };
 
@@ -63,6 +70,83 @@ backend_index bind(caf::stateful_actor<router_state>* self, const std::string& k
   return bound;
 }
 
+using self_ptr = caf::stateful_actor<router_state>*;
+
+constexpr auto ask_timeout = std::chrono::milliseconds(1000);
+
+/// Replicates a local write through the cluster actor, when there is one.
+template <class... Ts>
+void replicate(self_ptr self, Ts&&... xs) {
+  if (self->state.cluster) self->send(self->state.cluster, std::forward<Ts>(xs)...);
+}
+
+std::optional<backend_index> index_of(const router_state& st, const std::string& name) {
+  for (std::size_t i = 0; i < st.backends.size(); ++i)
+    if (st.backends[i]->name == name) return static_cast<backend_index>(i);
+  return std::nullopt;
+}
+
+/// This replica decides: placement, binding, replication. Re-checks the
+/// table first: a decision made while we waited on an answer stands.
+route_result decide_here(self_ptr self, const std::string& key) {
+  auto& st = self->state;
+  if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
+  if (!st.accepting) return {std::nullopt, "scg: replica is shutting down"};
+  auto pick = place(st.policy, candidates(st), st.cursor);
+  if (!pick) {
+    core::bump(core::global_metrics().forward_no_backend_total);
+    return {std::nullopt, no_backend_message(st)};
+  }
+  core::bump(core::global_metrics().router_decisions_total);
+  auto b = bind(self, key, static_cast<backend_index>(*pick));
+  replicate(self, cluster::put_atom::value, "s/" + key, st.backends[b]->name, std::string());
+  return {b, {}};
+}
+
+/// A peer named `name` as the session's backend: bind it here too.
+route_result adopt(self_ptr self, const std::string& key, const std::string& name) {
+  auto b = index_of(self->state, name);
+  if (!b) return decide_here(self, key);  // backend lists differ: the cluster actor logs it
+  return {bind(self, key, *b), {}};
+}
+
+/// The key's owner decides a new session; this replica decides only when it
+/// owns the key, or when the owner does not answer (the merge resolves any
+/// conflict, counted).
+void decide_via_owner(self_ptr self, const std::string& key, route_callback done) {
+  auto& st = self->state;
+  std::vector<std::string> all = st.member_names;
+  all.push_back(st.settings.node_name);
+  auto owner = cluster::owner_of(key, all);
+  auto it = std::find(st.member_names.begin(), st.member_names.end(), owner);
+  if (it == st.member_names.end()) return done(decide_here(self, key));
+  auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
+  self->request(owner_router, ask_timeout, cluster::decide_atom::value, key)
+      .then(
+          [=](const std::string& name) {
+            if (name.empty()) return done({std::nullopt, "scg: the owner replica " + owner +
+                                                             " found no backend for a new session"});
+            done(adopt(self, key, name));
+          },
+          [=](const caf::error&) {
+            core::bump(core::global_metrics().router_owner_unreachable_total);
+            done(decide_here(self, key));
+          });
+}
+
+/// Resolves a session this replica has no binding for: the replicated table
+/// may hold it (bound elsewhere, or forgotten here when idle), else its
+/// owner decides.
+void resolve_in_cluster(self_ptr self, const std::string& key, route_callback done) {
+  self->request(self->state.cluster, ask_timeout, bind_atom::value, "s/" + key)
+      .then(
+          [=](const std::string& name) {
+            if (!name.empty()) return done(adopt(self, key, name));
+            decide_via_owner(self, key, done);
+          },
+          [=](const caf::error&) { decide_via_owner(self, key, done); });
+}
+
 /// Sends `msg` on to the session actor of `key`, if it lives.
 template <class... Ts>
 void to_session(caf::stateful_actor<router_state>* self, const std::string& key, Ts&&... xs) {
@@ -89,27 +173,61 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](bind_atom, const std::string& key, const route_callback& done) {
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
-        if (!st.accepting) return done({std::nullopt, "replica is shutting down"});
-        auto pick = place(st.policy, candidates(st), st.cursor);
-        if (!pick) {
-          core::bump(core::global_metrics().forward_no_backend_total);
-          return done({std::nullopt, no_backend_message(st)});
+        if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down"});
+        if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
+        done(decide_here(self, key));
+      },
+      [=](cluster::decide_atom, const std::string& key) -> caf::result<std::string> {
+        // A peer asks us, the key's owner, to decide.
+        auto& st = self->state;
+        if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
+        auto rp = self->make_response_promise<std::string>();
+        auto answer = [=](route_result r) mutable {
+          rp.deliver(r.backend ? self->state.backends[*r.backend]->name : std::string());
+        };
+        if (!st.cluster) {
+          answer(decide_here(self, key));
+          return rp;
         }
-        core::bump(core::global_metrics().router_decisions_total);
-        done({bind(self, key, static_cast<backend_index>(*pick)), {}});
+        self->request(st.cluster, ask_timeout, bind_atom::value, "s/" + key)
+            .then(
+                [=](const std::string& name) mutable {
+                  answer(name.empty() ? decide_here(self, key) : adopt(self, key, name));
+                },
+                [=](const caf::error&) mutable { answer(decide_here(self, key)); });
+        return rp;
+      },
+      [=](cluster::members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {
+        auto& st = self->state;
+        st.cluster = caf::actor_cast<caf::actor>(self->current_sender());
+        st.member_names = std::move(names);
+        st.member_routers = std::move(routers);
       },
       [=](clone_atom, const std::string& key, backend_index backend) {
         if (self->state.table->find_session(key, now_ms())) return;
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
+        replicate(self, cluster::put_atom::value, "s/" + key, self->state.backends[backend]->name,
+                  std::string());
       },
       [=](op_atom, const std::string& key, std::string& op_id) {
+        if (auto op = self->state.table->find_op(op_id, now_ms()))
+          replicate(self, cluster::put_atom::value, "o/" + op_id,
+                    self->state.backends[op->backend]->name, key);
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
+        replicate(self, cluster::erase_atom::value, "o/" + op_id);
         to_session(self, key, op_done_atom::value, std::move(op_id));
       },
-      [=](release_atom, const std::string& key) { to_session(self, key, release_atom::value); },
+      [=](release_atom, const std::string& key) {
+        replicate(self, cluster::erase_atom::value, "s/" + key);
+        to_session(self, key, release_atom::value);
+      },
+      [=](forget_atom, const std::string& key) {
+        // Released elsewhere in the cluster: stop our session actor only.
+        to_session(self, key, release_atom::value);
+      },
       [=](ended_atom, const std::string& key) {
         // A new binding for the same key may already have a new actor.
         auto it = self->state.sessions.find(key);
@@ -151,6 +269,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg,
   s.utilization_weight = cfg.placement.utilization_weight;
   s.session_weight = cfg.placement.session_weight;
   s.session_cap = static_cast<std::size_t>(cfg.placement.session_cap);
+  s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   for (const auto& b : backends) impl_->backend_actors.push_back(spawn_backend(sys, b));
   impl_->actor = spawn_router(sys, s, std::move(table), std::move(backends));
 }
@@ -179,6 +298,8 @@ void router::operation_released(std::string key, std::string op_id) const {
 void router::session_released(std::string key) const {
   caf::anon_send(impl_->actor, release_atom::value, std::move(key));
 }
+
+const caf::actor& router::actor() const { return impl_->actor; }
 
 void router::stop_new_sessions() const { caf::anon_send(impl_->actor, drain_atom::value); }
 

@@ -50,6 +50,21 @@ backend_index session_table::bind_session(const std::string& key, backend_index 
   return it->second.backend;
 }
 
+void session_table::set_session(const std::string& key, backend_index backend, clock_ms now) {
+  auto& s = session_shards_[shard_of(key)];
+  std::unique_lock lock{s.mutex};
+  auto [it, inserted] = s.map.try_emplace(key, backend, now);
+  if (inserted) {
+    sessions_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    if (it->second.backend == backend) return;
+    if (it->second.backend < per_backend_.size())
+      per_backend_[it->second.backend].fetch_sub(1, std::memory_order_relaxed);
+    it->second.backend = backend;
+  }
+  if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
+}
+
 std::optional<clock_ms> session_table::session_last_seen(const std::string& key) const {
   auto& s = session_shards_[shard_of(key)];
   std::shared_lock lock{s.mutex};

@@ -49,6 +49,10 @@ class session_table {
   /// Binds `key` to `backend` unless already bound; returns the binding in force.
   backend_index bind_session(const std::string& key, backend_index backend, clock_ms now);
 
+  /// Binds `key` to `backend` whatever it was bound to (a replicated decision
+  /// that won over a local one).
+  void set_session(const std::string& key, backend_index backend, clock_ms now);
+
   /// Last-seen time of `key`, nullopt when unbound.
   std::optional<clock_ms> session_last_seen(const std::string& key) const;
 

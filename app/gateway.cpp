@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "actors/router.hpp"
+#include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
 #include "net/front_door.hpp"
 
@@ -18,7 +19,7 @@ namespace scg::app {
 
 void setup_logging(const std::string& level) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  for (const char* name : {"main", "forward", "router", "backend", "admin"}) {
+  for (const char* name : {"main", "forward", "router", "backend", "admin", "cluster"}) {
     if (spdlog::get(name)) continue;
     auto logger = std::make_shared<spdlog::logger>(name, sink);
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %n %v");
@@ -29,11 +30,12 @@ void setup_logging(const std::string& level) {
 
 namespace {
 
-void write_port_file(const std::string& path, int grpc_port, int admin_port) {
+void write_port_file(const std::string& path, int grpc_port, int admin_port, int cluster_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"grpc", grpc_port}, {"admin", admin_port}}.dump() << "\n";
+    out << nlohmann::json{{"grpc", grpc_port}, {"admin", admin_port}, {"cluster", cluster_port}}.dump()
+        << "\n";
   }
   std::rename(tmp.c_str(), path.c_str());
 }
@@ -59,13 +61,9 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   // costs a few percent of every call (PERFORMANCE-NOTES.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
-  if (cfg.cluster)
-    log->warn("cluster_ignored node_name={} reason=\"the replica cluster is not implemented yet; "
-              "running as a single replica\"",
-              cfg.cluster->node_name);
-
   caf::actor_system_config caf_cfg;
   caf_cfg.set("scheduler.max-threads", 2);
+  if (cfg.cluster) cluster::configure(caf_cfg, *cfg.cluster);
   caf::actor_system sys{caf_cfg};
   sys.await_actors_before_shutdown(false);
 
@@ -85,6 +83,15 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   net::admin_view view;
   view.backends = backends;
   view.table = table;
+  int cluster_port = 0;
+  if (cfg.cluster) {
+    view.node_name = cfg.cluster->node_name;
+    view.cluster = std::make_shared<cluster::cluster_view>();
+    view.synced = false;
+    cluster_port = cluster::start(sys, *cfg.cluster, table, backends, router.actor(), view.cluster,
+                                  [&view] { view.synced = true; });
+    if (cluster_port == 0) return 1;
+  }
 
   try {
     net::front_door door{cfg, fx};
@@ -93,7 +100,7 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
     view.ready = true;
     log->info("listening grpc_port={} admin_port={} backends={}", door.port(),
               admin ? admin->port() : 0, backends.size());
-    if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0);
+    if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0, cluster_port);
 
     int sig = wait_for_stop_signal();
     view.ready = false;

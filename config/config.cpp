@@ -185,7 +185,9 @@ void parse_placement(const YAML::Node& n, placement& p) {
 }
 
 cluster parse_cluster(const YAML::Node& n) {
-  check_keys(n, "cluster", {"node_name", "bind_addr", "seeds"});
+  check_keys(n, "cluster",
+             {"node_name", "bind_addr", "seeds", "identity", "heartbeat_interval_ms",
+              "connection_timeout_ms", "sync_wait_secs"});
   cluster c;
   if (!n["node_name"]) reject("cluster.node_name", "required");
   c.node_name = as_string(n["node_name"], "cluster.node_name");
@@ -197,6 +199,15 @@ cluster parse_cluster(const YAML::Node& n) {
     for (std::size_t i = 0; i < seeds.size(); ++i)
       c.seeds.push_back(host_port(seeds[i], item("cluster.seeds", i), false));
   }
+  if (n["identity"]) {
+    c.identity = as_string(n["identity"], "cluster.identity");
+    if (c.identity.empty()) reject("cluster.identity", "must not be empty");
+  }
+  read_int(n, "cluster", "heartbeat_interval_ms", c.heartbeat_interval_ms, 10);
+  read_int(n, "cluster", "connection_timeout_ms", c.connection_timeout_ms, 50);
+  read_int(n, "cluster", "sync_wait_secs", c.sync_wait_secs, 0);
+  if (c.connection_timeout_ms <= c.heartbeat_interval_ms)
+    reject("cluster.connection_timeout_ms", "must be longer than cluster.heartbeat_interval_ms");
   return c;
 }
 

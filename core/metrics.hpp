@@ -25,7 +25,10 @@ namespace scg::core {
   X(router_operations_learned_total, "Operation ids added to the operation index")            \
   X(router_operations_released_total, "Operation ids removed by ReleaseExecute(release_all)") \
   X(router_operations_expired_total, "Operation ids expired after op_ttl_secs unseen")        \
-  X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")
+  X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")   \
+  X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
+  X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
+  X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends")
 
 #define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <stdexcept>
 
 #include "core/metrics.hpp"
@@ -53,6 +54,29 @@ std::string backends_json(const admin_view& view) {
   return nlohmann::json{{"backends", list}}.dump();
 }
 
+std::string cluster_json(const admin_view& view) {
+  auto members = nlohmann::json::array();
+  if (view.cluster) {
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    for (const auto& m : view.cluster->members())
+      members.push_back({{"name", m.name},
+                         {"address", m.address},
+                         {"status", m.status},
+                         {"last_seen_ms_ago", m.last_seen_ms ? now - m.last_seen_ms : -1},
+                         {"replication_lag_ms", m.lag_ms}});
+  } else {
+    members.push_back({{"name", view.node_name}, {"address", ""}, {"status", "self"},
+                       {"last_seen_ms_ago", 0}, {"replication_lag_ms", 0}});
+  }
+  return nlohmann::json{{"node", view.node_name},
+                        {"synced", view.synced.load()},
+                        {"conflicts", view.cluster ? view.cluster->conflicts() : 0},
+                        {"members", members}}
+      .dump();
+}
+
 std::string metrics_text(const admin_view& view) {
   std::string out;
   core::global_metrics().render(out);
@@ -99,12 +123,15 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
     res.set_content("ok\n", "text/plain");
   });
   srv.Get("/readyz", [&view](const httplib::Request&, httplib::Response& res) {
-    bool ready = view.ready.load();
+    bool ready = view.ready.load() && view.synced.load();
     res.status = ready ? 200 : 503;
     res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
   });
   srv.Get("/api/v1/backends", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(backends_json(view), "application/json");
+  });
+  srv.Get("/api/v1/cluster", [&view](const httplib::Request&, httplib::Response& res) {
+    res.set_content(cluster_json(view), "application/json");
   });
   srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(view), "text/plain; version=0.0.4");

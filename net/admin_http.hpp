@@ -8,6 +8,7 @@
 
 #include "actors/backend.hpp"
 #include "actors/session_table.hpp"
+#include "cluster/cluster_view.hpp"
 
 namespace httplib {
 class Server;
@@ -20,6 +21,9 @@ struct admin_view {
   actors::backend_list backends;
   std::shared_ptr<actors::session_table> table;
   std::atomic<bool> ready{false};     ///< serving and not draining
+  std::atomic<bool> synced{true};     ///< the cluster's first full sync is done (or no cluster)
+  std::string node_name = "standalone";
+  std::shared_ptr<cluster::cluster_view> cluster;  ///< null for a single replica
 };
 
 class admin_http {
@@ -38,6 +42,9 @@ class admin_http {
 
 /// The body of GET /api/v1/backends.
 std::string backends_json(const admin_view& view);
+
+/// The body of GET /api/v1/cluster.
+std::string cluster_json(const admin_view& view);
 
 /// The body of GET /metrics.
 std::string metrics_text(const admin_view& view);

@@ -135,7 +135,8 @@ gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::s
   auto port_file = dir.file(tag + ".ports");
   process p{{bin("scg"), "--config", cfg, "--port-file", port_file}, dir.file(tag + ".log")};
   auto ports = wait_for_json_file(port_file, 10s);
-  return {std::move(p), ports.at("grpc").get<int>(), ports.at("admin").get<int>()};
+  return {std::move(p), ports.at("grpc").get<int>(), ports.at("admin").get<int>(),
+          ports.value("cluster", 0)};
 }
 
 std::pair<int, std::string> http_get(int port, const std::string& path) {

@@ -81,6 +81,7 @@ struct gateway {
   process proc;
   int grpc_port;
   int admin_port;
+  int cluster_port;  ///< 0 without a cluster block
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 

@@ -59,3 +59,14 @@ TEST_CASE("concurrent binders of one session all see one backend", "[table]") {
   for (auto b : seen) CHECK(b == seen[0]);
   CHECK(t.session_count() == 1);
 }
+
+TEST_CASE("a replicated decision overrides a local binding and moves the count", "[table]") {
+  session_table t{2};
+  t.bind_session("k", 0, 0);
+  t.set_session("k", 1, 5);
+  CHECK(t.find_session("k", 6) == 1u);
+  CHECK(t.sessions_per_backend() == std::vector<std::size_t>{0, 1});
+  t.set_session("new", 0, 7);
+  CHECK(t.session_count() == 2);
+  CHECK(t.sessions_per_backend() == std::vector<std::size_t>{1, 1});
+}

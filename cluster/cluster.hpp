@@ -1,0 +1,36 @@
+#pragma once
+// The replica cluster: membership, replication and the owner of each
+// new-session decision. One cluster actor per replica.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/backend.hpp"
+#include "actors/session_table.hpp"
+#include "cluster/cluster_view.hpp"
+#include "config/config.hpp"
+
+namespace caf {
+class actor;
+class actor_system;
+class actor_system_config;
+}  // namespace caf
+
+namespace scg::cluster {
+
+/// Settings of caf::io for the cluster: middleman, identity, heartbeats and
+/// the message types. Call before the actor system starts.
+void configure(caf::actor_system_config& cfg, const config::cluster& c);
+
+/// Starts the cluster actor of this replica: publishes it on c.bind_addr,
+/// dials the seeds, replicates the session table and operation index, and
+/// tells `router` the live members. `on_ready` runs once, after the first
+/// full sync with a peer or after c.sync_wait_secs with none reachable.
+/// Returns the port bound (0 on failure, with the reason logged).
+std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
+                    std::shared_ptr<actors::session_table> table, actors::backend_list backends,
+                    const caf::actor& router, std::shared_ptr<cluster_view> view,
+                    std::function<void()> on_ready);
+
+}  // namespace scg::cluster

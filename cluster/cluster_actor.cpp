@@ -1,0 +1,448 @@
+// The cluster actor: one per replica. It
+//   - publishes itself on cluster.bind_addr and dials the seeds (each address
+//     a seed name resolves to), re-dialing with backoff;
+//   - greets peers with its node name and gossips the addresses it knows, so
+//     the replicas form a full mesh;
+//   - versions local writes (hybrid logical clock + node name), pushes them
+//     in micro-batches, merges what peers send (newest version wins) and
+//     repairs what was lost by digest anti-entropy on (re)connect and
+//     periodically;
+//   - mirrors the replicated table into the data path's session table;
+//   - tells the router which members are up, so it can ask a key's owner.
+#include "cluster/cluster.hpp"
+
+#include <caf/io/all.hpp>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "actors/protocol.hpp"
+#include "cluster/messages.hpp"
+#include "cluster/rendezvous.hpp"
+#include "core/metrics.hpp"
+
+namespace scg::cluster {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
+constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
+constexpr auto dial_interval = 500ms;
+constexpr std::int64_t max_dial_backoff_ms = 5000;
+constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
+
+std::int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+/// Splits "host:port"; the config validated the form.
+std::pair<std::string, std::uint16_t> split(const std::string& addr) {
+  auto colon = addr.rfind(':');
+  std::string host = addr.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return {host, static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
+/// Every IPv4 address `host` resolves to (a headless Service names every pod).
+std::vector<std::string> resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::vector<std::string> out;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (auto* p = res; p; p = p->ai_next) {
+    char buf[INET_ADDRSTRLEN];
+    auto* in = reinterpret_cast<sockaddr_in*>(p->ai_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) out.emplace_back(buf);
+  }
+  freeaddrinfo(res);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+struct member {
+  std::string address;
+  caf::actor cluster;
+  caf::actor router;
+  bool up = false;
+  std::int64_t last_seen_ms = 0;
+  std::int64_t lag_ms = 0;
+};
+
+struct dial_target {
+  bool connected = false;  // a hello came back through it
+  bool in_flight = false;
+  std::int64_t next_attempt_ms = 0;
+  std::int64_t backoff_ms = 250;
+};
+
+}  // namespace
+
+struct cluster_state {
+  config::cluster cfg;
+  std::string self_address;  // what peers dial to reach us
+  hlc clock{[] { return static_cast<std::uint64_t>(wall_ms()); }};
+  replicated_table table;
+  std::shared_ptr<actors::session_table> sessions;
+  std::vector<std::string> backend_names;
+  caf::actor router;
+  std::shared_ptr<cluster_view> view;
+  std::function<void()> on_ready;
+  bool synced = false;
+  std::uint64_t conflicts = 0;
+
+  std::map<std::string, member> members;      // by node name, never self
+  std::map<std::string, dial_target> targets;  // by "ip:port"
+  std::set<std::string> self_addresses;        // addresses that turned out to be us
+  std::vector<entry> outbox;
+  bool flush_scheduled = false;
+  static inline const char* name = "cluster";
+};
+
+namespace {
+
+using self_ptr = caf::stateful_actor<cluster_state>*;
+
+spdlog::logger& log() {
+  static const auto l = spdlog::get("cluster");
+  return *l;
+}
+
+std::optional<actors::backend_index> backend_index_of(const cluster_state& st, const std::string& name) {
+  for (std::size_t i = 0; i < st.backend_names.size(); ++i)
+    if (st.backend_names[i] == name) return static_cast<actors::backend_index>(i);
+  return std::nullopt;
+}
+
+/// Mirrors an entry now in force into the data path's index.
+void apply(cluster_state& st, const entry& e) {
+  const auto now = actors::now_ms();
+  const bool session = e.key.rfind("s/", 0) == 0;
+  const std::string id = e.key.substr(2);
+  if (e.deleted) {
+    if (session) {
+      if (st.sessions->erase_session(id)) caf::anon_send(st.router, actors::forget_atom::value, id);
+    } else {
+      st.sessions->erase_op(id);
+    }
+    return;
+  }
+  auto b = backend_index_of(st, e.backend);
+  if (!b) {
+    log().warn("unknown_backend key_kind={} backend={} reason=\"backend lists differ between replicas\"",
+               session ? "session" : "operation", e.backend);
+    return;
+  }
+  if (session)
+    st.sessions->set_session(id, *b, now);
+  else
+    st.sessions->add_op(id, *b, e.session, now);
+}
+
+void publish_view(self_ptr self) {
+  auto& st = self->state;
+  std::vector<member_info> infos;
+  infos.push_back({st.cfg.node_name, st.self_address, "self", wall_ms(), 0});
+  for (const auto& [name, m] : st.members)
+    infos.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms});
+  st.view->set(std::move(infos), st.conflicts, st.synced);
+}
+
+/// Tells the router who is up (names and their routers), self excluded.
+void publish_members(self_ptr self) {
+  auto& st = self->state;
+  std::vector<std::string> names;
+  std::vector<caf::actor> routers;
+  for (const auto& [name, m] : st.members) {
+    if (!m.up) continue;
+    names.push_back(name);
+    routers.push_back(m.router);
+  }
+  self->send(st.router, members_atom::value, std::move(names), std::move(routers));
+  publish_view(self);
+}
+
+void mark_ready(self_ptr self, const char* why) {
+  auto& st = self->state;
+  if (st.synced) return;
+  st.synced = true;
+  log().info("cluster_ready node={} reason=\"{}\" entries={}", st.cfg.node_name, why, st.table.size());
+  if (st.on_ready) st.on_ready();
+  publish_view(self);
+}
+
+std::vector<std::uint64_t> digest_of(const replicated_table& t) {
+  auto d = t.digest();
+  return {d.begin(), d.end()};
+}
+
+bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
+  bucket_digest d{};
+  for (std::size_t i = 0; i < d.size() && i < v.size(); ++i) d[i] = v[i];
+  return d;
+}
+
+std::vector<entry> entries_of(const replicated_table& t, const std::vector<std::size_t>& buckets) {
+  std::vector<entry> out;
+  for (auto b : buckets) {
+    auto part = t.bucket_entries(b);
+    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return out;
+}
+
+/// Versions and applies a local write, and queues it for the peers.
+void write_local(self_ptr self, entry e) {
+  auto& st = self->state;
+  const entry& in_force =
+      e.deleted ? st.table.erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
+                                 static_cast<std::uint64_t>(wall_ms()))
+                : st.table.put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name});
+  st.outbox.push_back(in_force);
+  if (!st.flush_scheduled) {
+    st.flush_scheduled = true;
+    self->delayed_send(self, flush_delay, flush_atom::value);
+  }
+}
+
+void greet(self_ptr self, const caf::actor& peer) {
+  auto& st = self->state;
+  std::vector<std::string> known;
+  for (const auto& [name, m] : st.members) known.push_back(m.address);
+  self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, st.router, std::move(known));
+}
+
+void dial(self_ptr self, const std::string& address) {
+  auto& t = self->state.targets[address];
+  if (t.connected || t.in_flight || self->state.self_addresses.count(address)) return;
+  if (wall_ms() < t.next_attempt_ms) return;
+  t.in_flight = true;
+  auto [host, port] = split(address);
+  auto mm = self->system().middleman().actor_handle();
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host, port)
+      .then(
+          [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            auto& t = self->state.targets[address];
+            t.in_flight = false;
+            auto peer = caf::actor_cast<caf::actor>(ptr);
+            if (!peer) return;
+            t.backoff_ms = 250;
+            greet(self, peer);
+          },
+          [=](const caf::error& err) {
+            auto& t = self->state.targets[address];
+            t.in_flight = false;
+            t.next_attempt_ms = wall_ms() + t.backoff_ms;
+            t.backoff_ms = std::min(t.backoff_ms * 2, max_dial_backoff_ms);
+            log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
+          });
+}
+
+}  // namespace
+
+caf::behavior cluster_actor(self_ptr self, config::cluster cfg,
+                            std::shared_ptr<actors::session_table> sessions,
+                            std::vector<std::string> backend_names, caf::actor router,
+                            std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.sessions = std::move(sessions);
+  st.backend_names = std::move(backend_names);
+  st.router = std::move(router);
+  st.view = std::move(view);
+  st.on_ready = std::move(on_ready);
+
+  self->set_down_handler([=](const caf::down_msg& msg) {
+    for (auto& [name, m] : self->state.members) {
+      if (m.cluster.address() != msg.source || !m.up) continue;
+      m.up = false;
+      log().warn("member_down node={} address={} reason=\"{}\"", name, m.address,
+                 self->system().render(msg.reason));
+      for (auto& [addr, t] : self->state.targets)
+        if (addr == m.address) t.connected = false;
+    }
+    publish_members(self);
+  });
+
+  publish_members(self);
+  return {
+      // --- start: the address peers reach us at, known once published ---------
+      [=](address_atom, const std::string& address) {
+        auto& st = self->state;
+        st.self_address = address;
+        st.self_addresses.insert(address);
+        log().info("cluster_listening node={} address={} seeds={}", st.cfg.node_name, address,
+                   st.cfg.seeds.size());
+        self->send(self, dial_atom::value);
+        self->delayed_send(self, anti_entropy_interval, ae_atom::value);
+        if (st.cfg.seeds.empty())
+          mark_ready(self, "no seeds: first replica");
+        else
+          self->delayed_send(self, std::chrono::seconds(st.cfg.sync_wait_secs), ready_atom::value);
+      },
+
+      // --- from peers -------------------------------------------------------
+      [=](hello_atom, const std::string& name, const std::string& address, const caf::actor& router,
+          const std::vector<std::string>& known) {
+        auto& st = self->state;
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        if (name == st.cfg.node_name) {  // we dialed ourselves
+          st.self_addresses.insert(address);
+          return;
+        }
+        auto& m = st.members[name];
+        const bool was_up = m.up && m.cluster == sender;
+        if (!was_up) {
+          if (m.cluster && m.cluster != sender) self->demonitor(m.cluster);
+          m.cluster = sender;
+          m.router = router;
+          m.address = address;
+          m.up = true;
+          self->monitor(sender);
+          greet(self, sender);  // the other side learns us even if it did not dial
+          self->send(sender, digest_atom::value, digest_of(st.table));
+          log().info("member_up node={} address={}", name, address);
+        }
+        m.last_seen_ms = wall_ms();
+        st.targets[address].connected = true;
+        for (const auto& a : known)
+          if (!st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
+        if (!was_up) publish_members(self);
+      },
+      [=](digest_atom, const std::vector<std::uint64_t>& theirs) {
+        auto& st = self->state;
+        auto diff = differing_buckets(st.table.digest(), to_digest(theirs));
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        self->send(sender, entries_atom::value, entries_of(st.table, diff), true);
+        if (!diff.empty()) {
+          std::vector<std::uint64_t> wanted(diff.begin(), diff.end());
+          self->send(sender, pull_atom::value, std::move(wanted));
+        }
+      },
+      [=](pull_atom, const std::vector<std::uint64_t>& buckets) {
+        std::vector<std::size_t> b(buckets.begin(), buckets.end());
+        self->send(caf::actor_cast<caf::actor>(self->current_sender()), entries_atom::value,
+                   entries_of(self->state.table, b), false);
+      },
+      [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) {
+        auto& st = self->state;
+        const auto now = wall_ms();
+        std::int64_t lag = 0;
+        for (const auto& e : batch) {
+          st.clock.observe(e.ver.time);
+          auto r = st.table.merge(e);
+          if (r.conflict) {
+            ++st.conflicts;
+            core::bump(core::global_metrics().cluster_conflicts_total);
+            log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
+                       st.table.find(e.key)->ver.node);
+          }
+          if (r.applied) {
+            core::bump(core::global_metrics().cluster_entries_merged_total);
+            apply(st, e);
+            lag = std::max(lag, now - static_cast<std::int64_t>(e.ver.time.wall_ms));
+          }
+        }
+        for (auto& [name, m] : st.members) {
+          if (m.cluster.address() != self->current_sender()) continue;
+          m.last_seen_ms = now;
+          if (!batch.empty()) m.lag_ms = lag;
+        }
+        if (sync_reply) mark_ready(self, "synced with a peer");
+      },
+
+      // --- from the router ------------------------------------------------------
+      [=](put_atom, std::string& key, std::string& backend, std::string& session) {
+        write_local(self, entry{std::move(key), std::move(backend), std::move(session), {}, false, 0});
+      },
+      [=](erase_atom, std::string& key) {
+        write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
+      },
+      [=](actors::bind_atom, const std::string& key) -> std::string {
+        // The router's miss path: a binding this replica holds but forgot locally.
+        const auto* e = self->state.table.find(key);
+        return e && !e->deleted ? e->backend : std::string();
+      },
+
+      // --- timers -------------------------------------------------------------
+      [=](flush_atom) {
+        auto& st = self->state;
+        st.flush_scheduled = false;
+        if (st.outbox.empty()) return;
+        auto batch = std::move(st.outbox);
+        st.outbox.clear();
+        for (const auto& [name, m] : st.members)
+          if (m.up) self->send(m.cluster, entries_atom::value, batch, false);
+      },
+      [=](dial_atom) {
+        auto& st = self->state;
+        for (const auto& seed : st.cfg.seeds) {
+          auto [host, port] = split(seed);
+          for (const auto& ip : resolve(host)) st.targets[ip + ":" + std::to_string(port)];
+        }
+        std::vector<std::string> addrs;
+        for (const auto& [addr, t] : st.targets) addrs.push_back(addr);
+        for (const auto& a : addrs) dial(self, a);
+        self->delayed_send(self, dial_interval, dial_atom::value);
+      },
+      [=](ae_atom) {
+        auto& st = self->state;
+        auto digest = digest_of(st.table);
+        for (const auto& [name, m] : st.members)
+          if (m.up) self->send(m.cluster, digest_atom::value, digest);
+        st.table.expire_tombstones(static_cast<std::uint64_t>(wall_ms()));
+        publish_view(self);
+        self->delayed_send(self, anti_entropy_interval, ae_atom::value);
+      },
+      [=](ready_atom) { mark_ready(self, "sync wait over: no peer answered"); },
+  };
+}
+
+void configure(caf::actor_system_config& cfg, const config::cluster& c) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.app-identifiers", std::vector<std::string>{c.identity});
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(c.heartbeat_interval_ms)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(c.connection_timeout_ms)});
+  add_message_types(cfg);
+}
+
+std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
+                    std::shared_ptr<actors::session_table> table, actors::backend_list backends,
+                    const caf::actor& router, std::shared_ptr<cluster_view> view,
+                    std::function<void()> on_ready) {
+  auto [host, port] = split(c.bind_addr);
+  std::vector<std::string> names;
+  for (const auto& b : backends) names.push_back(b->name);
+  // The address peers dial: the bind host, or this host's name for a wildcard.
+  std::string advertised = host;
+  if (host == "0.0.0.0" || host.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof buf - 1);
+    advertised = buf;
+  }
+  // Spawned detached: it resolves seed names, which may block.
+  auto actor = sys.spawn<caf::detached>(cluster_actor, c, table, names, router, view,
+                                        std::move(on_ready));
+  auto bound = sys.middleman().publish(actor, port, host == "0.0.0.0" ? nullptr : host.c_str(), true);
+  if (!bound) {
+    spdlog::get("cluster")->error("cluster_listen_failed bind_addr={} reason=\"{}\"", c.bind_addr,
+                                  sys.render(bound.error()));
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    return 0;
+  }
+  caf::anon_send(actor, address_atom::value, advertised + ":" + std::to_string(*bound));
+  return *bound;
+}
+
+}  // namespace scg::cluster

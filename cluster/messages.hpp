@@ -1,0 +1,62 @@
+#pragma once
+// The cluster protocol: what replicas send each other over caf::io (BASP),
+// and how those types serialize. CAF 0.17: atoms are at most 10 characters.
+
+#include <caf/all.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cluster/replicated_table.hpp"
+
+namespace scg::cluster {
+
+// cluster actor ↔ cluster actor (remote)
+using hello_atom = caf::atom_constant<caf::atom("hello")>;      // (name, address, router, peers)
+using digest_atom = caf::atom_constant<caf::atom("digest")>;    // (vector<uint64>): my digest
+using pull_atom = caf::atom_constant<caf::atom("pull")>;        // (vector<uint64>): send these buckets
+using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply)
+
+// router → cluster actor (local)
+using put_atom = caf::atom_constant<caf::atom("put")>;    // (key, backend name, session)
+using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
+
+// cluster actor → router (local): the live members and their routers
+using members_atom = caf::atom_constant<caf::atom("members")>;  // (names, routers)
+
+// router ↔ router (remote): the key's owner decides a new session's backend
+using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key) -> backend name
+
+// self-addressed
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using dial_atom = caf::atom_constant<caf::atom("dial")>;
+using ae_atom = caf::atom_constant<caf::atom("ae")>;  // periodic anti-entropy
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+using address_atom = caf::atom_constant<caf::atom("address")>;  // (string): where peers reach us
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {
+  return f(caf::meta::type_name("hlc_time"), x.wall_ms, x.logical);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, version& x) {
+  return f(caf::meta::type_name("version"), x.time, x.node);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, entry& x) {
+  return f(caf::meta::type_name("entry"), x.key, x.backend, x.session, x.ver, x.deleted,
+           x.tombstone_expires_ms);
+}
+
+/// Registers the cluster's message types with CAF (before the system starts).
+inline void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<entry>("scg_entry");
+  cfg.add_message_type<std::vector<entry>>("scg_entries");
+  cfg.add_message_type<std::vector<std::uint64_t>>("scg_u64s");
+  cfg.add_message_type<std::vector<std::string>>("scg_strings");
+  cfg.add_message_type<std::vector<caf::actor>>("scg_actors");
+}
+
+}  // namespace scg::cluster
