@@ -36,6 +36,7 @@ using namespace std::chrono_literals;
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
+constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups of the seeds
 constexpr std::int64_t max_dial_backoff_ms = 5000;
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 
@@ -107,6 +108,7 @@ struct cluster_state {
   std::set<std::string> self_addresses;        // addresses that turned out to be us
   std::vector<entry> outbox;
   bool flush_scheduled = false;
+  std::uint64_t dial_rounds = 0;
   static inline const char* name = "cluster";
 };
 
@@ -387,9 +389,13 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg,
       },
       [=](dial_atom) {
         auto& st = self->state;
-        for (const auto& seed : st.cfg.seeds) {
-          auto [host, port] = split(seed);
-          for (const auto& ip : resolve(host)) st.targets[ip + ":" + std::to_string(port)];
+        // Seed names are re-resolved every few rounds: a scaled-up
+        // StatefulSet's new pods appear under its headless Service name.
+        if (st.dial_rounds++ % resolve_every == 0) {
+          for (const auto& seed : st.cfg.seeds) {
+            auto [host, port] = split(seed);
+            for (const auto& ip : resolve(host)) st.targets[ip + ":" + std::to_string(port)];
+          }
         }
         std::vector<std::string> addrs;
         for (const auto& [addr, t] : st.targets) addrs.push_back(addr);

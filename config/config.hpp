@@ -53,8 +53,8 @@ struct cluster {
   std::string bind_addr = "0.0.0.0:7400";
   std::vector<std::string> seeds;  ///< host:port of peers; a name may resolve to several
   std::string identity = "scg-cluster";  ///< shared cluster identity; peers without it are refused
-  int heartbeat_interval_ms = 500;        ///< link heartbeats (CAF has them off by default)
-  int connection_timeout_ms = 1500;       ///< a peer silent this long is down
+  int heartbeat_interval_ms = 250;        ///< link heartbeats (CAF has them off by default)
+  int connection_timeout_ms = 1000;       ///< a peer silent this long is down
   int sync_wait_secs = 5;  ///< not ready before a full sync, or this long with no peer reachable
 };
 

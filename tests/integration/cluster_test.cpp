@@ -136,3 +136,125 @@ TEST_CASE("the first rpc of a new session at two replicas at once gets one backe
   CHECK(failures == 0);
   CHECK(disagreements == 0);
 }
+
+TEST_CASE("killing a replica loses no binding, and a cut stream continues through another",
+          "[integration][cluster]") {
+  cluster_env env(3);
+  std::map<std::string, std::string> bound;
+  for (int i = 0; i < 60; ++i) {
+    const std::string session = "kill-" + std::to_string(i);
+    bound[session] = config_backend(env.replicas[i % 3]->grpc_port, session);
+  }
+  // A query running through replica 2, with a client-chosen operation id.
+  auto stub2 = stub_to(env.replicas[2]->grpc_port);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("x-fake-responses", "20");
+  ctx.AddMetadata("x-fake-delay-ms", "100");
+  sc::ExecutePlanRequest req;
+  req.set_session_id("kill-0");
+  *req.mutable_user_context() = user("ursula");
+  req.set_operation_id("op-survives-kill");
+  auto reader = stub2->ExecutePlan(&ctx, req);
+  sc::ExecutePlanResponse r;
+  REQUIRE(reader->Read(&r));
+  std::string last = r.response_id();
+  std::this_thread::sleep_for(300ms);  // the operation index entry replicates meanwhile
+
+  env.replicas[2]->proc.signal(SIGKILL);
+  REQUIRE(env.replicas[2]->proc.wait(5s));
+  env.replicas[2].reset();
+  while (reader->Read(&r)) last = r.response_id();
+  CHECK_FALSE(reader->Finish().ok());
+
+  // The client reattaches through a surviving replica and gets the rest.
+  auto stub0 = stub_to(env.replicas[0]->grpc_port);
+  grpc::ClientContext rctx;
+  rctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  sc::ReattachExecuteRequest re;
+  re.set_session_id("kill-0");
+  *re.mutable_user_context() = user("ursula");
+  re.set_operation_id("op-survives-kill");
+  re.set_last_response_id(last);
+  auto reattached = stub0->ReattachExecute(&rctx, re);
+  bool complete = false;
+  while (reattached->Read(&r)) complete = complete || r.has_result_complete();
+  auto s = reattached->Finish();
+  INFO(s.error_message());
+  CHECK(s.ok());
+  CHECK(complete);
+  CHECK(header(rctx, "x-fake-backend") == bound["kill-0"]);
+
+  int changes = 0;
+  for (const auto& [session, backend] : bound)
+    for (int k : {0, 1}) changes += config_backend(env.replicas[k]->grpc_port, session) != backend;
+  CHECK(changes == 0);
+}
+
+TEST_CASE("a new replica seeded from one survivor routes existing sessions within 5 s",
+          "[integration][cluster]") {
+  cluster_env env(2);
+  std::map<std::string, std::string> bound;
+  for (int i = 0; i < 50; ++i) {
+    const std::string session = "late-" + std::to_string(i);
+    bound[session] = config_backend(env.replicas[i % 2]->grpc_port, session);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto& late = env.add_replica({env.replicas[1]->cluster_port});
+  // Ready means synced: from then on it knows every binding.
+  while (http_get(late.admin_port, "/readyz").first != 200 &&
+         std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(50ms);
+  CHECK(http_get(late.admin_port, "/readyz").first == 200);
+  int changes = 0;
+  for (const auto& [session, backend] : bound) changes += config_backend(late.grpc_port, session) != backend;
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(changes == 0);
+  CHECK(env.wait_for_mesh(5s));  // and the others learned the newcomer
+}
+
+TEST_CASE("a frozen replica is seen down within 2 s and rejoins when thawed",
+          "[integration][cluster]") {
+  cluster_env env(3);
+  auto members_up = [&](int replica) {
+    auto view = nlohmann::json::parse(http_get(env.replicas[replica]->admin_port, "/api/v1/cluster").second);
+    int up = 0;
+    for (const auto& m : view["members"]) up += m["status"] == "up";
+    return up;
+  };
+  env.replicas[1]->proc.signal(SIGSTOP);
+  auto t0 = std::chrono::steady_clock::now();
+  while (members_up(0) != 1 && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(50ms);
+  auto detected = std::chrono::steady_clock::now() - t0;
+  CHECK(members_up(0) == 1);
+  CHECK(detected < 2s);  // 1 s connection timeout plus a heartbeat
+  // The others keep serving new and existing sessions meanwhile.
+  for (int i = 0; i < 20; ++i) {
+    grpc::Status s;
+    config_backend(env.replicas[i % 2 == 0 ? 0 : 2]->grpc_port, "frozen-" + std::to_string(i), &s);
+    CHECK(s.ok());
+  }
+  env.replicas[1]->proc.signal(SIGCONT);
+  CHECK(env.wait_for_mesh(10s));
+}
+
+TEST_CASE("a process without the cluster identity cannot join or inject bindings",
+          "[integration][cluster]") {
+  cluster_env env(2);
+  auto intruder_yaml =
+      gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
+                   cluster_block("intruder", {env.replicas[0]->cluster_port}) + "  identity: not-scg\n");
+  auto intruder = start_gateway(env.dir, intruder_yaml, "intruder");
+  // It binds a session itself (after its sync wait)...
+  std::this_thread::sleep_for(3500ms);
+  auto b = config_backend(intruder.grpc_port, "intruded");
+  REQUIRE(!b.empty());
+  std::this_thread::sleep_for(1s);
+  // ...but no member lists it, and the cluster never heard of its binding.
+  for (auto& r : env.replicas) {
+    auto body = http_get(r->admin_port, "/api/v1/cluster").second;
+    CHECK(body.find("intruder") == std::string::npos);
+  }
+  auto [code, metrics] = http_get(env.replicas[0]->admin_port, "/metrics");
+  CHECK(metrics.find("scg_cluster_entries_merged_total 0") != std::string::npos);
+}
