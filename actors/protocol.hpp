@@ -30,7 +30,7 @@ using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten
 
 // self-addressed timers
-using expire_atom = caf::atom_constant<caf::atom("expire")>;  // session idle check
+using expire_atom = caf::atom_constant<caf::atom("expire")>;  // router → session: idle check
 using tick_atom = caf::atom_constant<caf::atom("tick")>;      // periodic work
 
 /// Settings the router needs, taken from config once.
@@ -49,7 +49,8 @@ struct router_settings {
 caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
                         std::shared_ptr<session_table> table, backend_list backends);
 
-/// One live session: its binding, its operations, idle expiry after `ttl_ms`.
+/// One live session: its binding, its operations, idle expiry after `ttl_ms`
+/// (checked when the router's sweep sends expire_atom).
 /// Forgets its entries in `table` and tells `router` (ended_atom) when it ends.
 caf::actor spawn_session(caf::local_actor* parent, std::string key,
                          std::shared_ptr<session_table> table, std::int64_t ttl_ms,

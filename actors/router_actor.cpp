@@ -1,6 +1,6 @@
 #include "actors/protocol.hpp"
 
-
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -17,6 +17,7 @@ struct router_state {
   std::shared_ptr<session_table> table;
   backend_list backends;
   std::uint64_t cursor = 0;
+  std::uint64_t ticks = 0;
   bool accepting = true;
   std::unordered_map<std::string, caf::actor> sessions;
   // The cluster, when there is one: our cluster actor and the live peers'
@@ -29,7 +30,7 @@ struct router_state {
 
 namespace {
 
-constexpr auto op_sweep_interval = std::chrono::seconds(1);
+constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also paces session sweeps
 
 /// Placement's view of the backends right now.
 std::vector<candidate> candidates(const router_state& st) {
@@ -237,8 +238,18 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](drain_atom) { self->state.accepting = false; },
       [=](tick_atom) {
         auto& st = self->state;
-        if (auto n = st.table->expire_ops(now_ms(), st.settings.op_ttl_ms); n > 0)
+        const auto now = now_ms();
+        if (auto n = st.table->expire_ops(now, st.settings.op_ttl_ms); n > 0)
           core::bump(core::global_metrics().router_operations_expired_total, n);
+        // One sweep for all sessions instead of a timer per session actor:
+        // a timer costs more memory per idle session than the actor's state.
+        const auto every = std::clamp<std::int64_t>(st.settings.session_ttl_ms / 4000, 1, 10);
+        if (st.ticks++ % static_cast<std::uint64_t>(every) == 0) {
+          for (const auto& [key, session] : st.sessions) {
+            auto last = st.table->session_last_seen(key);
+            if (!last || now - *last >= st.settings.session_ttl_ms) self->send(session, expire_atom::value);
+          }
+        }
         self->delayed_send(self, op_sweep_interval, tick_atom::value);
       },
   };

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <unordered_set>
 
 #include "core/metrics.hpp"
@@ -47,7 +46,6 @@ caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::strin
   self->state.key = std::move(key);
   self->state.table = std::move(table);
   self->state.router = std::move(router);
-  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), expire_atom::value);
   return {
       [=](op_atom, std::string& op_id) {
         auto& ops = self->state.ops;
@@ -60,16 +58,15 @@ caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::strin
         forget(self);
       },
       [=](expire_atom) {
+        // The router's sweep saw this session idle; check again, it may have
+        // been used since.
         auto& st = self->state;
         auto last = st.table->session_last_seen(st.key);
         auto idle = last ? now_ms() - *last : ttl_ms;
-        if (idle >= ttl_ms) {
-          spdlog::get("router")->debug("session_expired idle_ms={}", idle);
-          core::bump(core::global_metrics().router_sessions_expired_total);
-          forget(self);
-          return;
-        }
-        self->delayed_send(self, std::chrono::milliseconds(ttl_ms - idle), expire_atom::value);
+        if (idle < ttl_ms) return;
+        spdlog::get("router")->debug("session_expired idle_ms={}", idle);
+        core::bump(core::global_metrics().router_sessions_expired_total);
+        forget(self);
       },
   };
 }
