@@ -12,6 +12,7 @@
 #include "cluster/cluster.hpp"
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -231,7 +232,9 @@ void dial(self_ptr self, const std::string& address) {
   if (wall_ms() < t.next_attempt_ms) return;
   t.in_flight = true;
   auto [host, port] = split(address);
-  auto mm = self->system().middleman().actor_handle();
+  // With TLS configured, the OpenSSL manager's middleman dials (mutual TLS).
+  auto mm = self->state.cfg.tls ? self->system().openssl_manager().actor_handle()
+                                : self->system().middleman().actor_handle();
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host, port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
@@ -417,6 +420,12 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg,
 
 void configure(caf::actor_system_config& cfg, const config::cluster& c) {
   cfg.load<caf::io::middleman>();
+  if (c.tls) {
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = c.tls->cert_file;
+    cfg.openssl_key = c.tls->key_file;
+    cfg.openssl_cafile = c.tls->ca_file;  // a CA makes the peer's certificate required
+  }
   cfg.set("middleman.app-identifiers", std::vector<std::string>{c.identity});
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(c.heartbeat_interval_ms)});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(c.connection_timeout_ms)});
@@ -440,7 +449,9 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
   // Spawned detached: it resolves seed names, which may block.
   auto actor = sys.spawn<caf::detached>(cluster_actor, c, table, names, router, view,
                                         std::move(on_ready));
-  auto bound = sys.middleman().publish(actor, port, host == "0.0.0.0" ? nullptr : host.c_str(), true);
+  const char* in = host == "0.0.0.0" ? nullptr : host.c_str();
+  auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
+                     : sys.middleman().publish(actor, port, in, true);
   if (!bound) {
     spdlog::get("cluster")->error("cluster_listen_failed bind_addr={} reason=\"{}\"", c.bind_addr,
                                   sys.render(bound.error()));

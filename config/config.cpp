@@ -187,7 +187,7 @@ void parse_placement(const YAML::Node& n, placement& p) {
 cluster parse_cluster(const YAML::Node& n) {
   check_keys(n, "cluster",
              {"node_name", "bind_addr", "seeds", "identity", "heartbeat_interval_ms",
-              "connection_timeout_ms", "sync_wait_secs"});
+              "connection_timeout_ms", "sync_wait_secs", "tls"});
   cluster c;
   if (!n["node_name"]) reject("cluster.node_name", "required");
   c.node_name = as_string(n["node_name"], "cluster.node_name");
@@ -206,6 +206,19 @@ cluster parse_cluster(const YAML::Node& n) {
   read_int(n, "cluster", "heartbeat_interval_ms", c.heartbeat_interval_ms, 10);
   read_int(n, "cluster", "connection_timeout_ms", c.connection_timeout_ms, 50);
   read_int(n, "cluster", "sync_wait_secs", c.sync_wait_secs, 0);
+  if (const YAML::Node& t = n["tls"]; present(t)) {
+    if (!t.IsMap()) reject("cluster.tls", "expected a map, got " + describe(t));
+    check_keys(t, "cluster.tls", {"cert_file", "key_file", "ca_file"});
+    cluster_tls tls;
+    for (auto [key, out] : {std::pair{"cert_file", &tls.cert_file}, std::pair{"key_file", &tls.key_file},
+                            std::pair{"ca_file", &tls.ca_file}}) {
+      const std::string path = std::string("cluster.tls.") + key;
+      if (!t[key]) reject(path, "required");
+      *out = as_string(t[key], path);
+      if (out->empty()) reject(path, "must not be empty");
+    }
+    c.tls = std::move(tls);
+  }
   if (c.connection_timeout_ms <= c.heartbeat_interval_ms)
     reject("cluster.connection_timeout_ms", "must be longer than cluster.heartbeat_interval_ms");
   return c;

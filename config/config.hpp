@@ -47,6 +47,14 @@ struct logging {
   std::string level = "info";  ///< trace | debug | info | warn | error | off
 };
 
+/// Mutual TLS on cluster links: every replica presents its certificate and
+/// accepts only peers whose certificate the CA signed.
+struct cluster_tls {
+  std::string cert_file;  ///< PEM certificate (chain) of this replica
+  std::string key_file;   ///< PEM private key
+  std::string ca_file;    ///< PEM CA that signs every replica's certificate
+};
+
 /// The `cluster:` block; absent means a single replica.
 struct cluster {
   std::string node_name;
@@ -56,6 +64,7 @@ struct cluster {
   int heartbeat_interval_ms = 250;        ///< link heartbeats (CAF has them off by default)
   int connection_timeout_ms = 1000;       ///< a peer silent this long is down
   int sync_wait_secs = 5;  ///< not ready before a full sync, or this long with no peer reachable
+  std::optional<cluster_tls> tls;  ///< absent: plain TCP (keep the port on a private network)
 };
 
 /// A whole replica configuration, validated.

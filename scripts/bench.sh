@@ -2,10 +2,11 @@
 # scg's benchmark, one command: scg-fake-spark direct vs through scg, on loopback.
 #
 #   scripts/bench.sh                 full run (3 rounds, 1 GiB stream, 100k sessions)
-#   BENCH_QUICK=1 scripts/bench.sh   smoke test (about 40 s)
+#   BENCH_QUICK=1 scripts/bench.sh   smoke test (under a minute)
 #
 # Settings (environment): BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_WARMUP_SECS,
-# BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_SESSIONS, BENCH_BUILD_DIR.
+# BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream pairs per
+# round), BENCH_SESSIONS, BENCH_BUILD_DIR.
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
 # mean: docs/performance.md.
 set -euo pipefail
@@ -14,9 +15,9 @@ cd "$(dirname "$0")/.."
 BUILD=${BENCH_BUILD_DIR:-build}
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
-  defaults=(1 2 1 $((64 << 20)) 10000)
+  defaults=(1 2 1 $((64 << 20)) 10000 1)
 else
-  defaults=(3 10 2 $((1 << 30)) 100000)
+  defaults=(3 10 2 $((1 << 30)) 100000 3)
 fi
 ROUNDS=${BENCH_ROUNDS:-${defaults[0]}}
 UNARY_SECS=${BENCH_UNARY_SECS:-${defaults[1]}}
@@ -24,6 +25,7 @@ WARMUP_SECS=${BENCH_WARMUP_SECS:-${defaults[2]}}
 STREAM_BYTES=${BENCH_STREAM_BYTES:-${defaults[3]}}
 MESSAGE_BYTES=${BENCH_MESSAGE_BYTES:-$((4 << 20))}
 SESSIONS=${BENCH_SESSIONS:-${defaults[4]}}
+STREAM_REPEATS=${BENCH_STREAM_REPEATS:-${defaults[5]}}
 SESSION_CONCURRENCY=32
 SESSION_WARMUP=1000
 
@@ -33,14 +35,19 @@ die() {
   exit 1
 }
 
-for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS; do
+for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
-((ROUNDS >= 1 && UNARY_SECS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
-  die "need BENCH_ROUNDS >= 1, BENCH_UNARY_SECS >= 1 and BENCH_STREAM_BYTES >= BENCH_MESSAGE_BYTES >= 1"
+((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
+  die "need BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_STREAM_REPEATS >= 1 and BENCH_STREAM_BYTES >= BENCH_MESSAGE_BYTES >= 1"
 
 log "building scg, scg-fake-spark and scg-bench in $BUILD"
 cmake --build "$BUILD" -j2 --target scg scg-fake-spark scg-bench >&2
+
+# Others may rebuild scg while this runs: name the source and binary measured.
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && REV="$REV+dirty"
+SCG_BINARY=$(sha256sum "$BUILD/scg" | cut -c1-12)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scg-bench.XXXXXX")
 RAW=$WORK/raw.jsonl
@@ -162,8 +169,8 @@ proc_ticks() {
 
 # Busy ticks of the whole machine, all CPUs.
 box_busy_ticks() {
-  local cpu user nice system idle iowait irq softirq steal rest
-  read -r cpu user nice system idle iowait irq softirq steal rest </proc/stat
+  local user nice system irq softirq steal
+  read -r _ user nice system _ _ irq softirq steal _ </proc/stat
   echo $((user + nice + system + irq + softirq + steal))
 }
 
@@ -171,8 +178,11 @@ ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }';
 
 status_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"; }
 
+# Config calls the fake has answered (its own count, to check the client's); empty
+# if curl is missing or the fake does not answer.
 fake_config_calls() {
-  curl -s --max-time 5 "http://127.0.0.1:$FAKE_UI_PORT/fake/stats" | sed -n 's/.*"Config":\([0-9]*\).*/\1/p'
+  { curl -s --max-time 5 "http://127.0.0.1:$FAKE_UI_PORT/fake/stats" || true; } |
+    sed -n 's/.*"Config":\([0-9]*\).*/\1/p'
 }
 
 now_s() { date +%s.%N; }
@@ -216,13 +226,14 @@ run_case() {
   calls1=$(fake_config_calls)
   out=$(<"$WORK/run.json")
   [[ $out == \{*\} ]] || die "scg-bench printed no JSON object: $out"
-  local extra
+  local extra backend_calls=-1
+  [[ -n $calls0 && -n $calls1 ]] && backend_calls=$((calls1 - calls0))
   extra=$(printf '"kind":"%s","case":"%s","label":"%s","path":"%s","round":%d,"scg_cpu_s":%s,"fake_cpu_s":%s,"box_busy_s":%s,"run_wall_s":%s,"backend_config_calls":%s' \
     "$kind" "$name" "$label" "$path" "$round" "$(ticks_to_s $((scg1 - scg0)))" \
     "$(ticks_to_s $((fake1 - fake0)))" "$(ticks_to_s $((busy1 - busy0)))" \
-    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$(( ${calls1:-0} - ${calls0:-0} ))")
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$backend_calls")
   echo "${out%\}},$extra}" >>"$RAW"
-  log "round $round $label $path: $out"
+  log "#$round $label $path: $out"
   if [[ $kind == unary ]] && ! [[ $out == *'"errors_total":0'* ]]; then
     log "WARNING: $label via $path had failed calls (see $WORK/bench-client.log)"
   fi
@@ -253,6 +264,14 @@ sample_rss "$SCG_PID" "$WORK/rss.max" &
 SAMPLER_PID=$!
 CHILDREN+=("$SAMPLER_PID")
 
+# The first large stream a process serves is slower (its allocator adapts to the
+# big messages): warm both paths up once, unmeasured.
+WARM_STREAM_BYTES=$((STREAM_BYTES < (256 << 20) ? STREAM_BYTES : 256 << 20))
+for target in "127.0.0.1:$FAKE_PORT" "127.0.0.1:$SCG_PORT"; do
+  run_bounded 660 "$WORK/warm.json" "$BUILD/scg-bench" stream --target "$target" \
+    --bytes "$WARM_STREAM_BYTES" --message-bytes "$MESSAGE_BYTES" || die "warm-up stream to $target failed"
+done
+
 STREAM_LABEL="stream $((STREAM_BYTES >> 20)) MiB / $((MESSAGE_BYTES >> 20)) MiB msgs"
 for ((round = 1; round <= ROUNDS; round++)); do
   # Alternate which path goes first, so drift over a round does not favour one.
@@ -264,8 +283,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
         --concurrency "$concurrency" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS"
     done
   done
-  for path in "${paths[@]}"; do
-    run_case stream stream "$STREAM_LABEL" "$path" "$round" --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
+  # A stream takes well under a second: take several pairs per round, each pair
+  # its own sample, so that a burst of foreign load spoils one sample, not a round.
+  for ((repeat = 1; repeat <= STREAM_REPEATS; repeat++)); do
+    for path in "${paths[@]}"; do
+      run_case stream stream "$STREAM_LABEL" "$path" $(((round - 1) * STREAM_REPEATS + repeat)) \
+        --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
+    done
   done
 done
 
@@ -294,15 +318,16 @@ if ((SESSIONS > 0)); then
 fi
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -n $(git status --porcelain 2>/dev/null) ]] && REV="$REV+dirty"
+SCG_BINARY_END=$(sha256sum "$BUILD/scg" | cut -c1-12)
+[[ $SCG_BINARY_END == "$SCG_BINARY" ]] ||
+  log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $SCG_BINARY_END); the session phase may have run the new one"
 BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
 ALLOCATOR=glibc
 ldd "$BUILD/scg" 2>/dev/null | grep -q jemalloc && ALLOCATOR=jemalloc
 CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-printf '{"kind":"meta","date":"%s","git":"%s","build_type":"%s","scg_allocator":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","rounds":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d}\n' \
-  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$REV" "$BUILD_TYPE" "$ALLOCATOR" "${CPU_MODEL//\"/}" "$(nproc)" "$(uname -r)" \
-  "$LOAD_START" "$LOAD_END" "$ROUNDS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" >>"$RAW"
+printf '{"kind":"meta","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d}\n' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(( ${BENCH_QUICK:-0} == 1 ))" "$REV" "$BUILD_TYPE" "$ALLOCATOR" "$SCG_BINARY" "$SCG_BINARY_END" "${CPU_MODEL//\"/}" "$(nproc)" "$(uname -r)" \
+  "$LOAD_START" "$LOAD_END" "$ROUNDS" "$STREAM_REPEATS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" >>"$RAW"
 
 OUT=bench-results/bench-$STAMP
 cp "$RAW" "$OUT.raw.jsonl"

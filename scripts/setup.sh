@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libasio-dev libssl-dev libjemalloc-dev
-  curl procps iproute2 python3
+  curl procps iproute2 python3 openssl
 )
 [ "${SCG_BENCH:-0}" = 1 ] && packages+=(nghttp2-client nginx-light haproxy)
 

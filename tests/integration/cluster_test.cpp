@@ -258,3 +258,58 @@ TEST_CASE("a process without the cluster identity cannot join or inject bindings
   auto [code, metrics] = http_get(env.replicas[0]->admin_port, "/metrics");
   CHECK(metrics.find("scg_cluster_entries_merged_total 0") != std::string::npos);
 }
+
+namespace {
+
+/// A CA and a certificate it signed, made with the openssl tool in `dir`.
+void make_certs(const temp_dir& dir, const std::string& ca, const std::vector<std::string>& nodes) {
+  auto run = [](const std::string& cmd) { REQUIRE(std::system((cmd + " >/dev/null 2>&1").c_str()) == 0); };
+  const std::string d = dir.path() + "/";
+  run("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=" + ca + " -keyout " + d + ca +
+      ".key -out " + d + ca + ".pem");
+  for (const auto& n : nodes) {
+    run("openssl req -newkey rsa:2048 -nodes -subj /CN=" + n + " -keyout " + d + n + ".key -out " + d +
+        n + ".csr");
+    run("openssl x509 -req -days 1 -in " + d + n + ".csr -CA " + d + ca + ".pem -CAkey " + d + ca +
+        ".key -CAcreateserial -out " + d + n + ".pem");
+  }
+}
+
+std::string tls_block(const temp_dir& dir, const std::string& ca, const std::string& node) {
+  const std::string d = dir.path() + "/";
+  return "  tls: { cert_file: \"" + d + node + ".pem\", key_file: \"" + d + node + ".key\", ca_file: \"" +
+         d + ca + ".pem\" }\n";
+}
+
+}  // namespace
+
+TEST_CASE("with mutual TLS replicas share sessions and a peer signed by another CA is refused",
+          "[integration][cluster]") {
+  temp_dir dir;
+  make_certs(dir, "cluster-ca", {"tls-0", "tls-1"});
+  make_certs(dir, "rogue-ca", {"rogue"});
+  auto a = start_fake(dir, "fake-tls-a");
+  auto b = start_fake(dir, "fake-tls-b");
+  auto yaml = [&](const std::string& node, std::vector<int> seeds, const std::string& ca) {
+    return gateway_yaml({&a, &b}, cluster_block(node, seeds) + tls_block(dir, ca, node));
+  };
+  auto r0 = start_gateway(dir, yaml("tls-0", {}, "cluster-ca"), "tls-0");
+  auto r1 = start_gateway(dir, yaml("tls-1", {r0.cluster_port}, "cluster-ca"), "tls-1");
+  auto members = [](const gateway& g) { return http_get(g.admin_port, "/api/v1/cluster").second; };
+  auto t0 = std::chrono::steady_clock::now();
+  while (members(r0).find("\"up\"") == std::string::npos && std::chrono::steady_clock::now() - t0 < 10s)
+    std::this_thread::sleep_for(100ms);
+  REQUIRE(members(r0).find("\"up\"") != std::string::npos);
+  int changes = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::string session = "tls-" + std::to_string(i);
+    auto first = config_backend(i % 2 ? r1.grpc_port : r0.grpc_port, session);
+    changes += config_backend(i % 2 ? r0.grpc_port : r1.grpc_port, session) != first;
+  }
+  CHECK(changes == 0);
+
+  auto rogue = start_gateway(dir, yaml("rogue", {r0.cluster_port}, "rogue-ca"), "rogue");
+  std::this_thread::sleep_for(3s);
+  CHECK(members(r0).find("rogue") == std::string::npos);
+  CHECK(members(r1).find("rogue") == std::string::npos);
+}
