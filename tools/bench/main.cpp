@@ -464,6 +464,7 @@ int run_stream(cli_args& args) {
 //   {"kind":"meta", ...}                       the machine and the settings
 //   {"kind":"unary","case":C,"path":"direct"|"scg","round":R, <unary line>, <cpu fields>}
 //   {"kind":"stream","case":C,"path":...,"round":R, <stream line>, <cpu fields>}
+//     (for streams R numbers samples: several direct/scg pairs per round)
 //   {"kind":"idle", "scg_idle_cores":..., "seconds":...}   scg's CPU before any load
 //   {"kind":"memory", "scg_max_rss_kib":..., "scg_hwm_kib":...}
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
@@ -647,6 +648,20 @@ int run_report(cli_args& args) {
     const double gib = num(r, "bytes") / double(1 << 30);
     return gib > 0 ? num(r, "scg_cpu_s") / gib : 0.0;
   };
+  // scg + fake + scg-bench: the whole chain's CPU, whose sum bounds throughput on a
+  // machine where all three share the CPUs.
+  const auto chain_cpu = [](const json& r) {
+    const double client = r.contains("process_cpu_s") ? num(r, "process_cpu_s") : num(r, "client_cpu_s");
+    return num(r, "scg_cpu_s") + num(r, "fake_cpu_s") + client;
+  };
+  const auto chain_cpu_per_100k = [&](const json& r) {
+    const double calls = num(r, "rpcs_total");
+    return calls > 0 ? chain_cpu(r) / calls * 1e5 : 0.0;
+  };
+  const auto chain_cpu_per_gib = [&](const json& r) {
+    const double gib = num(r, "bytes") / double(1 << 30);
+    return gib > 0 ? chain_cpu(r) / gib : 0.0;
+  };
   const auto client_cpu_share = [](const json& r) {
     const double wall = num(r, "wall_s") > 0 ? num(r, "wall_s") : num(r, "seconds");
     return wall > 0 ? num(r, "client_cpu_s") / wall : 0.0;
@@ -659,7 +674,7 @@ int run_report(cli_args& args) {
     if (c.kind != "unary") continue;
     for (const auto* side : {&c.direct, &c.scg})
       for (const auto& [round, r] : *side) {
-        if (!r.contains("backend_config_calls")) continue;
+        if (!r.contains("backend_config_calls") || num(r, "backend_config_calls") < 0) continue;  // no count from the fake
         const double answered = num(r, "rpcs_total") - num(r, "errors_total");
         if (num(r, "backend_config_calls") < answered || num(r, "errors_total") > 0)
           warnings.push_back(c.label + " " + r.value("path", "") + " round " + std::to_string(round) + ": " +
@@ -668,6 +683,17 @@ int run_report(cli_args& args) {
       }
   }
   if (num(sessions, "errors") > 0) warnings.push_back(fixed(num(sessions, "errors"), 0) + " session opens failed");
+  if (num(meta, "quick") > 0) warnings.push_back("quick mode: a smoke test, too short to judge the aims");
+  {
+    std::vector<double> foreign;
+    for (const auto& c : cases)
+      for (const auto* side : {&c.direct, &c.scg})
+        for (const auto& [round, r] : *side) foreign.push_back(foreign_cores(r));
+    const auto s_foreign = spread_of(foreign);
+    if (s_foreign.n && s_foreign.median > 0.3)
+      warnings.push_back("other work on the machine took " + fixed(s_foreign.median, 2) +
+                         " cores (median over runs): the figures are disturbed");
+  }
   report["warnings"] = warnings;
 
   for (const auto& c : cases) {
@@ -704,6 +730,10 @@ int run_report(cli_args& args) {
           r.push_back("");
         }
       }
+      const std::function<double(const json&)> chain = unary ? std::function<double(const json&)>(chain_cpu_per_100k) : chain_cpu_per_gib;
+      auto s_chain = spread_of(values(*side, chain));
+      path[unary ? "chain_cpu_s_per_100k_rpcs" : "chain_cpu_s_per_gib"] = to_json(s_chain, 2);
+      r.push_back(show(s_chain, 2) + (unary ? " s/100k RPCs" : " s/GiB"));
       auto s_client = spread_of(values(*side, client_cpu_share));
       auto s_foreign = spread_of(values(*side, foreign_cores));
       path["client_cpu_cores"] = to_json(s_client, 2);
@@ -716,13 +746,13 @@ int run_report(cli_args& args) {
     if (unary) {
       auto r_rps = spread_of(ratios(c, rps)), r_p50 = spread_of(ratios(c, p50)), r_p99 = spread_of(ratios(c, p99));
       entry["ratio"] = {{"rps", to_json(r_rps, 3)}, {"p50_us", to_json(r_p50, 3)}, {"p99_us", to_json(r_p99, 3)}};
-      ratio_row.insert(ratio_row.end(), {show(r_rps, 2), show(r_p50, 2), show(r_p99, 2), "", "", "", ""});
+      ratio_row.insert(ratio_row.end(), {show(r_rps, 2), show(r_p50, 2), show(r_p99, 2), "", "", "", "", ""});
       if (!c.direct.empty() && c.direct.begin()->second.value("concurrency", 0) == 32 && r_rps.n)
         unary32_ratio = r_rps.median;
     } else {
       auto r_mbps = spread_of(ratios(c, mbps));
       entry["ratio"] = {{"mb_per_s", to_json(r_mbps, 3)}};
-      ratio_row.insert(ratio_row.end(), {show(r_mbps, 2), "", "", "", "", "", ""});
+      ratio_row.insert(ratio_row.end(), {show(r_mbps, 2), "", "", "", "", "", "", ""});
       if (r_mbps.n) stream_ratio = r_mbps.median;
     }
     rows.push_back(ratio_row);
@@ -771,7 +801,7 @@ int run_report(cli_args& args) {
                               {"met", met}, {"margin", round_to(margin, 3)}});
     aim_rows.push_back({name, fixed(*measured, digits) + unit, (at_least ? "≥ " : "≤ ") + fixed(limit, digits) + unit,
                         met ? "met" : "MISSED",
-                        (margin >= 0 ? "+" : "") + fixed(margin * 100, 0) + " %"});
+                        (margin >= 0 ? "+" : "") + fixed(margin * 100, 1) + " %"});
   };
   aim("unary c=32 via scg / direct", unary32_ratio, 0.4, true, "×", 2);
   aim("stream via scg / direct", stream_ratio, 0.65, true, "×", 2);
@@ -779,7 +809,7 @@ int run_report(cli_args& args) {
   aim("RSS per idle session", kib_per_session, 2, false, " KiB", 2);
 
   const row header = {"workload", "path", "throughput", "p50 µs", "p99 µs", "errors", "scg CPU",
-                      "client cores", "foreign cores"};
+                      "chain CPU", "client cores", "foreign cores"};
   const row memory_header = {"resources", "value"};
   const row aim_header = {"aim", "measured", "target", "verdict", "margin"};
   std::printf("scg bench %s, %s rounds, medians (min–max)\n\n", meta.value("date", "?").c_str(),
@@ -801,7 +831,8 @@ int run_report(cli_args& args) {
     out << "# scg bench " << meta.value("date", "") << "\n\n";
     for (const auto& [key, value] : meta.items())
       out << "- " << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump()) << "\n";
-    out << "\nMedians over rounds, (min–max) in brackets; ratios are paired per round.\n\n"
+    out << "\nMedians over rounds (streams: over all samples), (min–max) in brackets; ratios are paired "
+           "per round or sample.\n\n"
         << markdown_table(header, rows) << "\n"
         << markdown_table(memory_header, memory_rows) << "\n"
         << markdown_table(aim_header, aim_rows);
