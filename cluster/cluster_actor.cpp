@@ -38,7 +38,7 @@ constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
 constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups of the seeds
-constexpr std::int64_t max_dial_backoff_ms = 5000;
+constexpr std::int64_t max_dial_backoff_ms = 2000;
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 
 std::int64_t wall_ms() {

@@ -1,6 +1,8 @@
 // scg-demo-client: a short scripted Spark Connect conversation through a
 // gateway, showing which backend served each session.
 //   scg-demo-client HOST:PORT [SESSIONS]
+//   scg-demo-client HOST:PORT --session ID [--user USER]
+//       one Config for session ID; prints "backend=NAME" (exit 0 when OK)
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -37,9 +39,22 @@ int main(int argc, char** argv) {
     std::cerr << "usage: scg-demo-client HOST:PORT [SESSIONS]\n";
     return 2;
   }
-  const int sessions = argc > 2 ? std::stoi(argv[2]) : 4;
   auto stub = sc::SparkConnectService::NewStub(
       grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  if (argc > 3 && std::string(argv[2]) == "--session") {
+    const std::string user = argc > 5 && std::string(argv[4]) == "--user" ? argv[5] : "demo";
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    sc::ConfigResponse cfg;
+    auto s = stub->Config(&ctx, for_session<sc::ConfigRequest>(argv[3], user), &cfg);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.error_code() << " " << s.error_message() << "\n";
+      return 1;
+    }
+    std::cout << "backend=" << server_header(ctx, "x-fake-backend") << "\n";
+    return 0;
+  }
+  const int sessions = argc > 2 ? std::stoi(argv[2]) : 4;
   int failures = 0;
   std::printf("%-34s %-8s %-10s %-10s %-10s %s\n", "session", "user", "Config", "ExecutePlan",
               "Reattach", "rows");

@@ -110,37 +110,50 @@ nlohmann::json wait_for_json_file(const std::string& path, std::chrono::millisec
 }
 
 fake_spark start_fake(const temp_dir& dir, const std::string& name,
-                      const std::vector<std::string>& extra) {
-  auto port_file = dir.file(name + ".ports");
-  std::vector<std::string> argv{bin("scg-fake-spark"), "--listen", "127.0.0.1:0", "--ui-listen",
-                                "127.0.0.1:0", "--name", name, "--port-file", port_file};
+                      const std::vector<std::string>& extra, const std::string& host,
+                      const std::vector<std::string>& wrapper) {
+  const std::string tag = name + (host == "127.0.0.1" ? "" : "@" + host);
+  auto port_file = dir.file(tag + ".ports");
+  std::vector<std::string> argv = wrapper;
+  for (const auto& a : {bin("scg-fake-spark"), std::string("--listen"), host + ":0", std::string("--ui-listen"),
+                        host + ":0", std::string("--name"), name, std::string("--port-file"), port_file})
+    argv.push_back(a);
   argv.insert(argv.end(), extra.begin(), extra.end());
-  process p{argv, dir.file(name + ".log")};
+  process p{argv, dir.file(tag + ".log")};
   auto ports = wait_for_json_file(port_file, 10s);
-  return {name, std::move(p), ports.at("grpc").get<int>(), ports.at("ui").get<int>()};
+  return {name, std::move(p), ports.at("grpc").get<int>(), ports.at("ui").get<int>(), host};
 }
 
-std::string gateway_yaml(const std::vector<const fake_spark*>& backends, const std::string& extra) {
+std::string gateway_yaml(const std::vector<const fake_spark*>& backends, const std::string& extra,
+                         const std::string& host) {
   std::ostringstream y;
-  y << "bind_addr: \"127.0.0.1:0\"\nadmin_addr: \"127.0.0.1:0\"\nbackends:\n";
+  y << "bind_addr: \"" << host << ":0\"\nadmin_addr: \"" << host << ":0\"\nbackends:\n";
   for (const auto* b : backends)
-    y << "  - { name: " << b->name << ", address: \"" << b->address() << "\", ui_url: \"http://127.0.0.1:"
-      << b->ui_port << "\" }\n";
+    y << "  - { name: " << b->name << ", address: \"" << b->address() << "\", ui_url: \"http://"
+      << b->host << ":" << b->ui_port << "\" }\n";
   y << "logging: { level: info }\n" << extra;
   return y.str();
 }
 
-gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag) {
+gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag,
+                      const std::vector<std::string>& wrapper) {
   auto cfg = dir.write(tag + ".yaml", yaml);
   auto port_file = dir.file(tag + ".ports");
-  process p{{bin("scg"), "--config", cfg, "--port-file", port_file}, dir.file(tag + ".log")};
+  std::vector<std::string> argv = wrapper;
+  for (const auto& a : {bin("scg"), std::string("--config"), cfg, std::string("--port-file"), port_file})
+    argv.push_back(a);
+  process p{argv, dir.file(tag + ".log")};
   auto ports = wait_for_json_file(port_file, 10s);
   return {std::move(p), ports.at("grpc").get<int>(), ports.at("admin").get<int>(),
           ports.value("cluster", 0)};
 }
 
 std::pair<int, std::string> http_get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
+  return http_get_at("127.0.0.1", port, path);
+}
+
+std::pair<int, std::string> http_get_at(const std::string& host, int port, const std::string& path) {
+  httplib::Client c(host, port);
   c.set_connection_timeout(2);
   c.set_read_timeout(5);
   auto r = c.Get(path.c_str());
@@ -157,18 +170,18 @@ std::pair<int, std::string> http_post(int port, const std::string& path, const s
   return {r->status, r->body};
 }
 
-std::shared_ptr<grpc::Channel> channel_to(int port) {
+std::shared_ptr<grpc::Channel> channel_to(int port, const std::string& host) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // A private connection per channel, so tests measure what they mean to.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+  return grpc::CreateCustomChannel(host + ":" + std::to_string(port),
                                    grpc::InsecureChannelCredentials(), args);
 }
 
-std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port) {
-  return spark::connect::SparkConnectService::NewStub(channel_to(port));
+std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port, const std::string& host) {
+  return spark::connect::SparkConnectService::NewStub(channel_to(port, host));
 }
 
 namespace {

@@ -69,12 +69,15 @@ struct fake_spark {
   process proc;
   int grpc_port;
   int ui_port;
-  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
+  std::string host = "127.0.0.1";
+  std::string address() const { return host + ":" + std::to_string(grpc_port); }
 };
 
-/// Starts scg-fake-spark NAME on free loopback ports, with extra CLI flags.
+/// Starts scg-fake-spark NAME on free ports of `host`, with extra CLI flags;
+/// `wrapper` prefixes the command (e.g. {"ip", "netns", "exec", NS}).
 fake_spark start_fake(const temp_dir& dir, const std::string& name,
-                      const std::vector<std::string>& extra = {});
+                      const std::vector<std::string>& extra = {}, const std::string& host = "127.0.0.1",
+                      const std::vector<std::string>& wrapper = {});
 
 /// A running scg replica.
 struct gateway {
@@ -85,25 +88,30 @@ struct gateway {
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 
-/// The YAML of a gateway on free loopback ports in front of `backends`,
+/// The YAML of a gateway on free ports of `host` in front of `backends`,
 /// followed by `extra` YAML lines.
 std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
-                         const std::string& extra = "");
+                         const std::string& extra = "", const std::string& host = "127.0.0.1");
 
-/// Starts scg with config `yaml`.
-gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg");
+/// Starts scg with config `yaml`; `wrapper` prefixes the command.
+gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg",
+                      const std::vector<std::string>& wrapper = {});
 
 /// HTTP GET on loopback; {status, body}, status -1 when it failed.
 std::pair<int, std::string> http_get(int port, const std::string& path);
 
+/// HTTP GET on `host` (a test namespace's address); as http_get.
+std::pair<int, std::string> http_get_at(const std::string& host, int port, const std::string& path);
+
 /// HTTP POST of a JSON body on loopback; {status, body}.
 std::pair<int, std::string> http_post(int port, const std::string& path, const std::string& body);
 
-/// A channel to 127.0.0.1:port with 256 MiB message limits.
-std::shared_ptr<grpc::Channel> channel_to(int port);
+/// A channel to host:port (loopback by default) with 256 MiB message limits.
+std::shared_ptr<grpc::Channel> channel_to(int port, const std::string& host = "127.0.0.1");
 
 /// A typed Spark Connect stub.
-std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port);
+std::unique_ptr<spark::connect::SparkConnectService::Stub> stub_to(int port,
+                                                                   const std::string& host = "127.0.0.1");
 
 /// The outcome of a call made with raw bytes.
 struct raw_result {

@@ -1,0 +1,210 @@
+// A network partition between replicas, made with a network namespace and a
+// veth link that the test creates, cuts and removes itself.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "tests/integration/harness.hpp"
+
+namespace sc = spark::connect;
+using namespace scg::test;
+
+namespace {
+
+bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+/// A namespace joined to this one by a veth pair: the test's own two hosts.
+/// Addresses are the pair's own /30, used nowhere else.
+class netns_link {
+ public:
+  netns_link() {
+    const auto id = std::to_string(getpid() % 100000);
+    ns_ = "scgtest" + id;
+    host_if_ = "scgh" + id;
+    ns_if_ = "scgn" + id;
+    const auto octet = std::to_string(getpid() % 250 + 1);
+    host_ip_ = "10.251." + octet + ".1";
+    ns_ip_ = "10.251." + octet + ".2";
+    ok_ = sh("ip netns add " + ns_) && sh("ip link add " + host_if_ + " type veth peer name " + ns_if_) &&
+          sh("ip link set " + ns_if_ + " netns " + ns_) &&
+          sh("ip addr add " + host_ip_ + "/30 dev " + host_if_) && sh("ip link set " + host_if_ + " up") &&
+          sh("ip -n " + ns_ + " addr add " + ns_ip_ + "/30 dev " + ns_if_) &&
+          sh("ip -n " + ns_ + " link set " + ns_if_ + " up") && sh("ip -n " + ns_ + " link set lo up");
+  }
+  ~netns_link() {
+    sh("ip link del " + host_if_);
+    sh("ip netns del " + ns_);
+  }
+  bool ok() const { return ok_; }
+  void cut() { REQUIRE(sh("ip link set " + host_if_ + " down")); }
+  void heal() { REQUIRE(sh("ip link set " + host_if_ + " up")); }
+  std::vector<std::string> inside() const { return {ip_path(), "netns", "exec", ns_}; }
+  const std::string& host_ip() const { return host_ip_; }
+  const std::string& ns_ip() const { return ns_ip_; }
+
+  static std::string ip_path() {
+    for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+      if (access(p, X_OK) == 0) return p;
+    return "ip";
+  }
+
+ private:
+  std::string ns_, host_if_, ns_if_, host_ip_, ns_ip_;
+  bool ok_ = false;
+};
+
+std::string cluster_yaml(const std::string& node, const std::string& host, const std::vector<std::string>& seeds) {
+  std::string y = "cluster:\n  node_name: " + node + "\n  bind_addr: \"" + host + ":0\"\n  seeds: [";
+  for (std::size_t i = 0; i < seeds.size(); ++i) y += (i ? ", \"" : "\"") + seeds[i] + "\"";
+  return y + "]\n  sync_wait_secs: 2\n";
+}
+
+/// Config for `session` through a gateway; the backend that answered, "" on failure.
+std::string backend_via(const std::string& host, int port, const std::string& session) {
+  auto stub = stub_to(port, host);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  sc::ConfigRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user("pat");
+  sc::ConfigResponse resp;
+  return stub->Config(&ctx, req, &resp).ok() ? header(ctx, "x-fake-backend") : std::string();
+}
+
+/// Clones `parent` to `child` through a gateway: the child lands on the parent's backend.
+void clone_via(int port, const std::string& parent, const std::string& child) {
+  auto stub = stub_to(port);
+  grpc::ClientContext ctx;
+  sc::CloneSessionRequest req;
+  req.set_session_id(parent);
+  *req.mutable_user_context() = user("pat");
+  req.set_new_session_id(child);
+  sc::CloneSessionResponse resp;
+  REQUIRE(stub->CloneSession(&ctx, req, &resp).ok());
+}
+
+/// Sessions per backend name as a replica sees them.
+std::map<std::string, long> counts(const std::string& host, int admin_port) {
+  std::map<std::string, long> out;
+  auto j = nlohmann::json::parse(http_get_at(host, admin_port, "/api/v1/backends").second);
+  for (const auto& b : j["backends"]) out[b["name"]] = b["sessions"].get<long>();
+  return out;
+}
+
+long metric_at(const std::string& host, int port, const std::string& series) {
+  auto body = http_get_at(host, port, "/metrics").second;
+  auto pos = body.find("\n" + series + " ");
+  return pos == std::string::npos ? -1 : std::stol(body.substr(pos + series.size() + 2));
+}
+
+int up_members(const std::string& host, int admin_port) {
+  auto [code, body] = http_get_at(host, admin_port, "/api/v1/cluster");
+  if (code != 200) return -1;
+  auto j = nlohmann::json::parse(body);
+  int up = 0;
+  for (const auto& m : j["members"]) up += m["status"] == "up";
+  return up;
+}
+
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a partitioned replica serves its side, and the cluster agrees again after the link returns",
+          "[integration][cluster][partition]") {
+  if (geteuid() != 0) {
+    WARN("skipped: network namespaces need root");
+    return;
+  }
+  netns_link net;
+  if (!net.ok()) {
+    WARN("skipped: could not create a network namespace and veth link here");
+    return;
+  }
+  temp_dir dir;
+  // Each side has its own copy of backends fake-a and fake-b: replicas name
+  // backends to each other, so both sides keep serving through a partition.
+  auto root_a = start_fake(dir, "fake-a", {}, net.host_ip());
+  auto root_b = start_fake(dir, "fake-b", {}, net.host_ip());
+  auto ns_a = start_fake(dir, "fake-a", {}, net.ns_ip(), net.inside());
+  auto ns_b = start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside());
+
+  auto root_yaml = [&](const std::string& node, const std::vector<std::string>& seeds) {
+    // Clients reach root-side replicas on loopback; peers on the veth address.
+    auto y = gateway_yaml({&root_a, &root_b}, cluster_yaml(node, net.host_ip(), seeds));
+    return y;
+  };
+  auto r0 = start_gateway(dir, root_yaml("p-0", {}), "p-0");
+  const std::string seed = net.host_ip() + ":" + std::to_string(r0.cluster_port);
+  auto r1 = start_gateway(dir, root_yaml("p-1", {seed}), "p-1");
+  auto r2 = start_gateway(dir, gateway_yaml({&ns_a, &ns_b}, cluster_yaml("p-2", net.ns_ip(), {seed}), net.ns_ip()),
+                          "p-2", net.inside());
+  REQUIRE(eventually([&] { return up_members("127.0.0.1", r0.admin_port) == 2 &&
+                                  up_members(net.ns_ip(), r2.admin_port) == 2; },
+                     10s));
+
+  // Sessions before the partition, and a known imbalance: fake-a holds two more.
+  std::map<std::string, std::string> bound;
+  for (int i = 0; i < 20; ++i) bound["pre-" + std::to_string(i)] = backend_via("127.0.0.1", r0.grpc_port, "pre-" + std::to_string(i));
+  std::string on_a, on_b;
+  for (const auto& [s, b] : bound) (b == "fake-a" ? on_a : on_b) = s;
+  REQUIRE(!on_a.empty());
+  REQUIRE(!on_b.empty());
+  clone_via(r0.grpc_port, on_a, "pre-clone-1");
+  clone_via(r0.grpc_port, on_a, "pre-clone-2");
+  REQUIRE(eventually([&] {
+    auto c = counts(net.ns_ip(), r2.admin_port);
+    return c["fake-a"] == c["fake-b"] + 2;
+  }, 5s));
+
+  net.cut();
+  REQUIRE(eventually([&] { return up_members("127.0.0.1", r0.admin_port) == 1; }, 5s));
+
+  // The root side now makes fake-b the fuller one, then binds "split".
+  for (int i = 0; i < 3; ++i) clone_via(r0.grpc_port, on_b, "root-clone-" + std::to_string(i));
+  REQUIRE(eventually([&] {
+    auto c = counts("127.0.0.1", r0.admin_port);
+    return c["fake-b"] > c["fake-a"];
+  }, 3s));
+  CHECK(backend_via("127.0.0.1", r0.grpc_port, "split") == "fake-a");
+  // The cut-off replica serves its side: an existing session and "split",
+  // which it places on fake-b, still the emptier one there.
+  process in_ns_old{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
+                     net.ns_ip() + ":" + std::to_string(r2.grpc_port), "--session", on_a, "--user", "pat"},
+                    dir.file("ns-client-old.log")};
+  CHECK(in_ns_old.wait(15s) == 0);
+  process in_ns{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
+                 net.ns_ip() + ":" + std::to_string(r2.grpc_port), "--session", "split", "--user", "pat"},
+                dir.file("ns-client.log")};
+  CHECK(in_ns.wait(15s) == 0);
+
+  net.heal();
+  auto t0 = std::chrono::steady_clock::now();
+  // All replicas agree on every session, "split" included, within 5 s.
+  auto agree = [&] {
+    for (const auto& s : {std::string("split"), on_a, on_b, std::string("root-clone-0")}) {
+      auto b0 = backend_via("127.0.0.1", r0.grpc_port, s);
+      if (b0.empty() || b0 != backend_via("127.0.0.1", r1.grpc_port, s) ||
+          b0 != backend_via(net.ns_ip(), r2.grpc_port, s))
+        return false;
+    }
+    return true;
+  };
+  CHECK(eventually(agree, 5s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 6s);
+  CHECK(up_members("127.0.0.1", r0.admin_port) == 2);
+  // The two decisions for "split" named different backends: counted.
+  CHECK(metric_at(net.ns_ip(), r2.admin_port, "scg_cluster_conflicts_total") >= 1);
+  CHECK(metric_at("127.0.0.1", r0.admin_port, "scg_cluster_conflicts_total") >= 1);
+}
