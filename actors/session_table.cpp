@@ -107,6 +107,14 @@ backend_index session_table::add_op(const std::string& op_id, backend_index back
   return it->second.op.backend;
 }
 
+std::optional<clock_ms> session_table::op_last_seen(const std::string& op_id) const {
+  auto& s = op_shards_[shard_of(op_id)];
+  std::shared_lock lock{s.mutex};
+  auto it = s.map.find(op_id);
+  if (it == s.map.end()) return std::nullopt;
+  return it->second.last_seen.load(std::memory_order_relaxed);
+}
+
 bool session_table::has_op(const std::string& op_id) const {
   auto& s = op_shards_[shard_of(op_id)];
   std::shared_lock lock{s.mutex};

@@ -67,6 +67,9 @@ class session_table {
   backend_index add_op(const std::string& op_id, backend_index backend,
                        const std::string& session, clock_ms now);
 
+  /// Last-seen time of `op_id`, nullopt when not indexed.
+  std::optional<clock_ms> op_last_seen(const std::string& op_id) const;
+
   /// True when `op_id` is indexed (does not refresh it).
   bool has_op(const std::string& op_id) const;
 

@@ -88,7 +88,7 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
     view.node_name = cfg.cluster->node_name;
     view.cluster = std::make_shared<cluster::cluster_view>();
     view.synced = false;
-    cluster_port = cluster::start(sys, *cfg.cluster, table, backends, router.actor(), view.cluster,
+    cluster_port = cluster::start(sys, *cfg.cluster, cfg.affinity, table, backends, router.actor(), view.cluster,
                                   [&view] { view.synced = true; });
     if (cluster_port == 0) return 1;
   }

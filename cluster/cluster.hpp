@@ -25,10 +25,13 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c);
 
 /// Starts the cluster actor of this replica: publishes it on c.bind_addr,
 /// dials the seeds, replicates the session table and operation index, and
-/// tells `router` the live members. `on_ready` runs once, after the first
+/// tells `router` the live members. Bindings live cluster-wide while some
+/// replica uses them: a replica that serves a session or operation refreshes
+/// its entry every quarter `ttl`, and an entry nobody refreshed for a whole
+/// `ttl` is deleted (a tombstone) by whichever replica sees it first. `on_ready` runs once, after the first
 /// full sync with a peer or after c.sync_wait_secs with none reachable.
 /// Returns the port bound (0 on failure, with the reason logged).
-std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
+std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
                     std::shared_ptr<actors::session_table> table, actors::backend_list backends,
                     const caf::actor& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready);

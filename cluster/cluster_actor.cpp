@@ -93,6 +93,8 @@ struct dial_target {
 
 struct cluster_state {
   config::cluster cfg;
+  std::int64_t session_ttl_ms = 0;
+  std::int64_t op_ttl_ms = 0;
   std::string self_address;  // what peers dial to reach us
   hlc clock{[] { return static_cast<std::uint64_t>(wall_ms()); }};
   replicated_table table;
@@ -130,7 +132,6 @@ std::optional<actors::backend_index> backend_index_of(const cluster_state& st, c
 
 /// Mirrors an entry now in force into the data path's index.
 void apply(cluster_state& st, const entry& e) {
-  const auto now = actors::now_ms();
   const bool session = e.key.rfind("s/", 0) == 0;
   const std::string id = e.key.substr(2);
   if (e.deleted) {
@@ -147,10 +148,11 @@ void apply(cluster_state& st, const entry& e) {
                session ? "session" : "operation", e.backend);
     return;
   }
+  // Last seen 0: a replicated entry is not use on this replica (see refresh_or_expire).
   if (session)
-    st.sessions->set_session(id, *b, now);
+    st.sessions->set_session(id, *b, 0);
   else
-    st.sessions->add_op(id, *b, e.session, now);
+    st.sessions->add_op(id, *b, e.session, 0);
 }
 
 void publish_view(self_ptr self) {
@@ -219,6 +221,38 @@ void write_local(self_ptr self, entry e) {
   }
 }
 
+/// Keeps in-use bindings alive cluster-wide and deletes abandoned ones: an
+/// entry used here since its version is a quarter ttl old is written again
+/// (a touch, replicated like any write); one whose version and local use are
+/// both older than the ttl becomes a tombstone, so every replica forgets it.
+/// One pass over the table per anti-entropy round.
+void refresh_or_expire(self_ptr self) {
+  auto& st = self->state;
+  const auto wall = wall_ms();
+  const auto steady = actors::now_ms();
+  std::vector<entry> touch;
+  std::vector<std::string> expire;
+  st.table.for_each([&](const entry& e) {
+    if (e.deleted) return;
+    const bool session = e.key.rfind("s/", 0) == 0;
+    const std::string id = e.key.substr(2);
+    auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
+    const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
+    const auto written = static_cast<std::int64_t>(e.ver.time.wall_ms);
+    const std::int64_t used = seen && *seen > 0 ? wall - (steady - *seen) : 0;
+    if (used > written + ttl / 4)
+      touch.push_back(e);
+    else if (wall - std::max(written, used) > ttl)
+      expire.push_back(e.key);
+  });
+  for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0});
+  for (auto& key : expire) {
+    write_local(self, entry{key, {}, {}, {}, true, 0});
+    apply(st, *st.table.find(key));
+    core::bump(core::global_metrics().cluster_entries_expired_total);
+  }
+}
+
 void greet(self_ptr self, const caf::actor& peer) {
   auto& st = self->state;
   std::vector<std::string> known;
@@ -256,12 +290,14 @@ void dial(self_ptr self, const std::string& address) {
 
 }  // namespace
 
-caf::behavior cluster_actor(self_ptr self, config::cluster cfg,
+caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity ttl,
                             std::shared_ptr<actors::session_table> sessions,
                             std::vector<std::string> backend_names, caf::actor router,
                             std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
+  st.op_ttl_ms = std::int64_t{ttl.op_ttl_secs} * 1000;
   st.sessions = std::move(sessions);
   st.backend_names = std::move(backend_names);
   st.router = std::move(router);
@@ -411,6 +447,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg,
         for (const auto& [name, m] : st.members)
           if (m.up) self->send(m.cluster, digest_atom::value, digest);
         st.table.expire_tombstones(static_cast<std::uint64_t>(wall_ms()));
+        refresh_or_expire(self);
         publish_view(self);
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
@@ -432,7 +469,7 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c) {
   add_message_types(cfg);
 }
 
-std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
+std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
                     std::shared_ptr<actors::session_table> table, actors::backend_list backends,
                     const caf::actor& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready) {
@@ -447,7 +484,7 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c,
     advertised = buf;
   }
   // Spawned detached: it resolves seed names, which may block.
-  auto actor = sys.spawn<caf::detached>(cluster_actor, c, table, names, router, view,
+  auto actor = sys.spawn<caf::detached>(cluster_actor, c, ttl, table, names, router, view,
                                         std::move(on_ready));
   const char* in = host == "0.0.0.0" ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)

@@ -83,6 +83,14 @@ class replicated_table {
   /// Every entry (tombstones included) in no particular order, for a full sync.
   std::vector<entry> all() const;
 
+  /// Calls `f(const entry&)` for every entry, without copying; `f` must not
+  /// change the table.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& shard : shards_)
+      for (const auto& [key, e] : shard) f(e);
+  }
+
   /// The digest bucket of `key`; the same on every replica.
   static std::size_t bucket_of(std::string_view key);
 

@@ -28,7 +28,8 @@ namespace scg::core {
   X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")   \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
-  X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends")
+  X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
+  X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica")
 
 #define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
 

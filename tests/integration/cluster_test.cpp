@@ -313,3 +313,35 @@ TEST_CASE("with mutual TLS replicas share sessions and a peer signed by another 
   CHECK(members(r0).find("rogue") == std::string::npos);
   CHECK(members(r1).find("rogue") == std::string::npos);
 }
+
+TEST_CASE("bindings used on any replica live on, and ones unused everywhere expire cluster-wide",
+          "[integration][cluster]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-gc");
+  auto ttl = std::string("affinity: { session_ttl_secs: 4, op_ttl_secs: 4 }\n");
+  auto r0 = start_gateway(dir, gateway_yaml({&a}, ttl + cluster_block("gc-0", {})), "gc-0");
+  auto r1 = start_gateway(dir, gateway_yaml({&a}, ttl + cluster_block("gc-1", {r0.cluster_port})), "gc-1");
+  auto active = [](const gateway& g) {
+    auto body = http_get(g.admin_port, "/metrics").second;
+    auto pos = body.find("\nscg_sessions_active ");
+    return pos == std::string::npos ? -1L : std::stol(body.substr(pos + 21));
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (http_get(r1.admin_port, "/readyz").first != 200 && std::chrono::steady_clock::now() - t0 < 10s)
+    std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 10; ++i) config_backend(r0.grpc_port, "gc-" + std::to_string(i));
+  // gc-0 is used through replica 1 only, for three ttls; the rest never again.
+  t0 = std::chrono::steady_clock::now();
+  int failures = 0;
+  while (std::chrono::steady_clock::now() - t0 < 12s) {
+    failures += config_backend(r1.grpc_port, "gc-0").empty();
+    std::this_thread::sleep_for(500ms);
+  }
+  CHECK(failures == 0);
+  CHECK(active(r0) == 1);
+  CHECK(active(r1) == 1);
+  auto body = http_get(r0.admin_port, "/metrics").second;
+  CHECK(body.find("scg_cluster_entries_expired_total 0\n") == std::string::npos);
+  // The used session kept its binding on both replicas all along.
+  CHECK(config_backend(r0.grpc_port, "gc-0") == "fake-gc");
+}
