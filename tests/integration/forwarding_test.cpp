@@ -93,13 +93,6 @@ sc::ReattachExecuteRequest reattach(const std::string& session, const std::strin
   return req;
 }
 
-long metric(int admin_port, const std::string& series) {
-  auto [code, body] = http_get(admin_port, "/metrics");
-  auto pos = body.find("\n" + series + " ");
-  if (pos == std::string::npos) return 0;
-  return std::stol(body.substr(pos + series.size() + 2));
-}
-
 }  // namespace
 
 TEST_CASE("every known rpc passes with its metadata, trailers and session ids intact",
@@ -221,12 +214,12 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
   }
   // scg learned and forgot what it should have.
   auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (metric(env.gw.admin_port, "scg_router_sessions_released_total") < 1 &&
+  while (metric_value(env.gw.admin_port, "scg_router_sessions_released_total") < 1 &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(50ms);
-  CHECK(metric(env.gw.admin_port, "scg_router_sessions_released_total") == 1);
-  CHECK(metric(env.gw.admin_port, "scg_router_operations_released_total") == 1);
-  CHECK(metric(env.gw.admin_port, "scg_router_clones_bound_total") == 1);
+  CHECK(metric_value(env.gw.admin_port, "scg_router_sessions_released_total") == 1);
+  CHECK(metric_value(env.gw.admin_port, "scg_router_operations_released_total") == 1);
+  CHECK(metric_value(env.gw.admin_port, "scg_router_clones_bound_total") == 1);
 }
 
 TEST_CASE("responses and errors come back byte for byte as the backend sent them",
@@ -512,7 +505,7 @@ TEST_CASE("bodies that are not valid messages get INVALID_ARGUMENT and others ca
     CHECK(r.status.error_code() != grpc::StatusCode::UNAVAILABLE);
   }
   CHECK(invalid > 100);
-  CHECK(metric(env.gw.admin_port, "scg_forward_invalid_argument_total") == invalid + 1);
+  CHECK(metric_value(env.gw.admin_port, "scg_forward_invalid_argument_total") == invalid + 1);
   std::string after;
   grpc::Status s;
   config(*env.stub, "bystander", "ivy", &after, &s);
@@ -631,17 +624,17 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   for (int i = 0; i < 5; ++i) config(*stub, "ttl-" + std::to_string(i), "max");
   auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("ttl-0", "max", "op-ttl"));
   REQUIRE(s.status.ok());
-  CHECK(metric(gw.admin_port, "scg_sessions_active") == 5);
-  CHECK(metric(gw.admin_port, "scg_operations_active") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
+  CHECK(metric_value(gw.admin_port, "scg_operations_active") == 1);
   auto wait_until = [&](auto done) {
     auto deadline = std::chrono::steady_clock::now() + 8s;
     while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
   };
   // The operation goes first, by its own ttl, while its session still lives.
-  wait_until([&] { return metric(gw.admin_port, "scg_operations_active") == 0; });
-  CHECK(metric(gw.admin_port, "scg_router_operations_expired_total") == 1);
-  CHECK(metric(gw.admin_port, "scg_sessions_active") == 5);
-  wait_until([&] { return metric(gw.admin_port, "scg_sessions_active") == 0; });
-  CHECK(metric(gw.admin_port, "scg_sessions_active") == 0);
-  CHECK(metric(gw.admin_port, "scg_router_sessions_expired_total") == 5);
+  wait_until([&] { return metric_value(gw.admin_port, "scg_operations_active") == 0; });
+  CHECK(metric_value(gw.admin_port, "scg_router_operations_expired_total") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
+  wait_until([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; });
+  CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 0);
+  CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 5);
 }

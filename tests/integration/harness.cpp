@@ -268,6 +268,26 @@ std::string header(const grpc::ClientContext& ctx, const std::string& key, bool 
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
+long metric_value(int admin_port, const std::string& series, const std::string& host) {
+  auto body = http_get_at(host, admin_port, "/metrics").second;
+  auto pos = body.find("\n" + series + " ");
+  return pos == std::string::npos ? -1 : std::stol(body.substr(pos + series.size() + 2));
+}
+
+std::string backend_for_session(int port, const std::string& session, const std::string& user_id,
+                                grpc::Status* status, const std::string& host) {
+  auto stub = stub_to(port, host);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  spark::connect::ConfigRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user(user_id);
+  spark::connect::ConfigResponse resp;
+  auto s = stub->Config(&ctx, req, &resp);
+  if (status) *status = s;
+  return s.ok() ? header(ctx, "x-fake-backend") : std::string();
+}
+
 spark::connect::UserContext user(const std::string& id) {
   spark::connect::UserContext u;
   u.set_user_id(id);

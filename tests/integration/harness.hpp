@@ -134,6 +134,15 @@ std::string header(const std::multimap<std::string, std::string>& md, const std:
 /// The first value of a server metadata `key` in a ClientContext, empty when absent.
 std::string header(const grpc::ClientContext& ctx, const std::string& key, bool trailing = false);
 
+/// The value of a Prometheus series (e.g. "scg_sessions_active") from the
+/// admin endpoint at host:port; -1 when absent.
+long metric_value(int admin_port, const std::string& series, const std::string& host = "127.0.0.1");
+
+/// One Config for (`user`, `session`) through the gateway at host:port: the
+/// backend that answered (x-fake-backend), empty when the call failed.
+std::string backend_for_session(int port, const std::string& session, const std::string& user,
+                                grpc::Status* status = nullptr, const std::string& host = "127.0.0.1");
+
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);
 

@@ -64,14 +64,7 @@ std::string cluster_yaml(const std::string& node, const std::string& host, const
 
 /// Config for `session` through a gateway; the backend that answered, "" on failure.
 std::string backend_via(const std::string& host, int port, const std::string& session) {
-  auto stub = stub_to(port, host);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-  sc::ConfigRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user("pat");
-  sc::ConfigResponse resp;
-  return stub->Config(&ctx, req, &resp).ok() ? header(ctx, "x-fake-backend") : std::string();
+  return backend_for_session(port, session, "pat", nullptr, host);
 }
 
 /// Clones `parent` to `child` through a gateway: the child lands on the parent's backend.
@@ -92,12 +85,6 @@ std::map<std::string, long> counts(const std::string& host, int admin_port) {
   auto j = nlohmann::json::parse(http_get_at(host, admin_port, "/api/v1/backends").second);
   for (const auto& b : j["backends"]) out[b["name"]] = b["sessions"].get<long>();
   return out;
-}
-
-long metric_at(const std::string& host, int port, const std::string& series) {
-  auto body = http_get_at(host, port, "/metrics").second;
-  auto pos = body.find("\n" + series + " ");
-  return pos == std::string::npos ? -1 : std::stol(body.substr(pos + series.size() + 2));
 }
 
 int up_members(const std::string& host, int admin_port) {
@@ -205,6 +192,6 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
   CHECK(std::chrono::steady_clock::now() - t0 < 6s);
   CHECK(up_members("127.0.0.1", r0.admin_port) == 2);
   // The two decisions for "split" named different backends: counted.
-  CHECK(metric_at(net.ns_ip(), r2.admin_port, "scg_cluster_conflicts_total") >= 1);
-  CHECK(metric_at("127.0.0.1", r0.admin_port, "scg_cluster_conflicts_total") >= 1);
+  CHECK(metric_value(r2.admin_port, "scg_cluster_conflicts_total", net.ns_ip()) >= 1);
+  CHECK(metric_value(r0.admin_port, "scg_cluster_conflicts_total") >= 1);
 }
