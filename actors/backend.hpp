@@ -28,6 +28,10 @@ struct backend_state {
   std::unique_ptr<grpc::GenericStub> stub;  ///< one HTTP/2 connection multiplexes all calls
 
   std::atomic<bool> reachable{true};   ///< false while the channel is in TRANSIENT_FAILURE
+  /// EWMA of (active + pending) / slots from the Spark UI, in [0, 1]; negative
+  /// until the first good poll (then placement scores on sessions alone).
+  std::atomic<double> utilization{-1.0};
+  std::atomic<std::uint64_t> poll_errors_total{0};  ///< failed Spark UI polls
   std::atomic<bool> draining{false};   ///< no new sessions (set by the placement issue's API)
   std::atomic<std::int64_t> in_flight{0};        ///< calls being forwarded to it now
   std::atomic<std::uint64_t> calls_total{0};     ///< calls started to it

@@ -39,4 +39,13 @@ std::optional<placement_policy::strategy> parse_strategy(const std::string& name
   return std::nullopt;
 }
 
+placement_policy make_policy(const config::placement& cfg) {
+  placement_policy p;
+  p.kind = parse_strategy(cfg.strategy).value_or(placement_policy::strategy::least_loaded);
+  p.utilization_weight = cfg.utilization_weight;
+  p.session_weight = cfg.session_weight;
+  p.session_cap = static_cast<std::size_t>(cfg.session_cap);
+  return p;
+}
+
 }  // namespace scg::actors

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+
 namespace scg::actors {
 
 /// What placement knows of one backend at decision time.
@@ -38,5 +40,8 @@ std::optional<std::size_t> place(const placement_policy& p, const std::vector<ca
 
 /// Parses a strategy name ("least_loaded" | "round_robin").
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name);
+
+/// The policy the `placement:` config describes (validated already).
+placement_policy make_policy(const config::placement& cfg);
 
 }  // namespace scg::actors

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "actors/backend.hpp"
+#include "actors/placement.hpp"
 #include "actors/router.hpp"
 #include "actors/session_table.hpp"
 
@@ -37,10 +38,7 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;      // periodic work
 struct router_settings {
   std::int64_t session_ttl_ms;
   std::int64_t op_ttl_ms;
-  int placement_kind;  ///< placement_policy::strategy
-  double utilization_weight;
-  double session_weight;
-  std::size_t session_cap;
+  placement_policy policy;
   std::string node_name;  ///< this replica in the cluster; empty when alone
 };
 
@@ -58,5 +56,10 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
 
 /// One backend: watches its channel's connectivity and publishes reachability.
 caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend);
+
+/// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
+/// (smoothing `alpha`) in backend->utilization.
+caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
+                             double alpha, std::chrono::milliseconds interval);
 
 }  // namespace scg::actors

@@ -13,7 +13,6 @@ namespace scg::actors {
 
 struct router_state {
   router_settings settings;
-  placement_policy policy;
   std::shared_ptr<session_table> table;
   backend_list backends;
   std::uint64_t cursor = 0;
@@ -39,8 +38,9 @@ std::vector<candidate> candidates(const router_state& st) {
   out.reserve(st.backends.size());
   for (std::size_t i = 0; i < st.backends.size(); ++i) {
     const auto& b = *st.backends[i];
+    auto util = b.utilization.load();
     out.push_back({b.reachable.load() && !b.draining.load(), i < bound.size() ? bound[i] : 0,
-                   std::nullopt});
+                   util >= 0 ? std::optional<double>(util) : std::nullopt});
   }
   return out;
 }
@@ -93,7 +93,7 @@ route_result decide_here(self_ptr self, const std::string& key) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
   if (!st.accepting) return {std::nullopt, "scg: replica is shutting down"};
-  auto pick = place(st.policy, candidates(st), st.cursor);
+  auto pick = place(st.settings.policy, candidates(st), st.cursor);
   if (!pick) {
     core::bump(core::global_metrics().forward_no_backend_total);
     return {std::nullopt, no_backend_message(st)};
@@ -159,10 +159,6 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
                            std::shared_ptr<session_table> table, backend_list backends) {
   auto& st = self->state;
   st.settings = settings;
-  st.policy.kind = static_cast<placement_policy::strategy>(settings.placement_kind);
-  st.policy.utilization_weight = settings.utilization_weight;
-  st.policy.session_weight = settings.session_weight;
-  st.policy.session_cap = settings.session_cap;
   st.table = std::move(table);
   st.backends = std::move(backends);
   self->set_exit_handler([=](const caf::exit_msg& msg) {
@@ -275,13 +271,14 @@ router::router(caf::actor_system& sys, const config::gateway& cfg,
   router_settings s{};
   s.session_ttl_ms = std::int64_t{cfg.affinity.session_ttl_secs} * 1000;
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;
-  s.placement_kind = static_cast<int>(
-      parse_strategy(cfg.placement.strategy).value_or(placement_policy::strategy::least_loaded));
-  s.utilization_weight = cfg.placement.utilization_weight;
-  s.session_weight = cfg.placement.session_weight;
-  s.session_cap = static_cast<std::size_t>(cfg.placement.session_cap);
+  s.policy = make_policy(cfg.placement);
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
-  for (const auto& b : backends) impl_->backend_actors.push_back(spawn_backend(sys, b));
+  for (const auto& b : backends) {
+    impl_->backend_actors.push_back(spawn_backend(sys, b));
+    if (!b->ui_url.empty())
+      impl_->backend_actors.push_back(spawn_load_poller(
+          sys, b, cfg.placement.ewma_alpha, std::chrono::milliseconds(cfg.placement.poll_interval_ms)));
+  }
   impl_->actor = spawn_router(sys, s, std::move(table), std::move(backends));
 }
 

@@ -86,6 +86,7 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   net::admin_view view;
   view.backends = backends;
   view.table = table;
+  view.policy = actors::make_policy(cfg.placement);
   int cluster_port = 0;
   if (cfg.cluster) {
     view.node_name = cfg.cluster->node_name;

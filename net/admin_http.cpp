@@ -35,6 +35,19 @@ std::string label(const std::string& v) {
   return out;
 }
 
+nlohmann::json utilization_of(const actors::backend_state& b) {
+  auto u = b.utilization.load();
+  return u >= 0 ? nlohmann::json(u) : nlohmann::json(nullptr);
+}
+
+/// The placement score of backend `i` now (sessions on this replica's view).
+double score_of(const admin_view& view, std::size_t i, const std::vector<std::size_t>& bound) {
+  auto u = view.backends[i]->utilization.load();
+  actors::candidate c{true, i < bound.size() ? bound[i] : 0,
+                      u >= 0 ? std::optional<double>(u) : std::nullopt};
+  return actors::score(view.policy, c);
+}
+
 }  // namespace
 
 std::string backends_json(const admin_view& view) {
@@ -47,7 +60,8 @@ std::string backends_json(const admin_view& view) {
                     {"ui_url", b.ui_url},
                     {"healthy", b.reachable.load()},
                     {"draining", b.draining.load()},
-                    {"score", nullptr},  // load scores arrive with the placement issue
+                    {"score", score_of(view, i, bound)},
+                    {"utilization", utilization_of(b)},
                     {"sessions", i < bound.size() ? bound[i] : 0},
                     {"in_flight", b.in_flight.load()}});
   }
@@ -106,6 +120,12 @@ std::string metrics_text(const admin_view& view) {
        [&](std::size_t i) { return std::to_string(view.backends[i]->calls_total.load()); }},
       {"backend_unavailable_total", "Calls that could not reach the backend", "counter",
        [&](std::size_t i) { return std::to_string(view.backends[i]->unavailable_total.load()); }},
+      {"backend_utilization", "EWMA of (active + pending tasks) / task slots; -1 before a poll",
+       "gauge", [&](std::size_t i) { return std::to_string(view.backends[i]->utilization.load()); }},
+      {"backend_score", "Placement score (lower takes new sessions first)", "gauge",
+       [&](std::size_t i) { return std::to_string(score_of(view, i, bound)); }},
+      {"backend_poll_errors_total", "Failed Spark UI polls", "counter",
+       [&](std::size_t i) { return std::to_string(view.backends[i]->poll_errors_total.load()); }},
   };
   for (const auto& s : series) {
     gauge(s.name, s.help, s.type);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "actors/backend.hpp"
+#include "actors/placement.hpp"
 #include "actors/session_table.hpp"
 #include "cluster/cluster_view.hpp"
 
@@ -20,6 +21,7 @@ namespace scg::net {
 struct admin_view {
   actors::backend_list backends;
   std::shared_ptr<actors::session_table> table;
+  actors::placement_policy policy;    ///< to show each backend's placement score
   std::atomic<bool> ready{false};     ///< serving and not draining
   std::atomic<bool> synced{true};     ///< the cluster's first full sync is done (or no cluster)
   std::string node_name = "standalone";

@@ -2,7 +2,9 @@
 // verbatim and keeps its session's backend.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <csignal>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -637,4 +639,69 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   wait_until([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; });
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 0);
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 5);
+}
+
+TEST_CASE("new sessions go to the backend whose Spark UI reports the least load",
+          "[integration][placement]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-busy");
+  auto b = start_fake(dir, "fake-idle");
+  auto gw = start_gateway(dir, gateway_yaml({&a, &b}, "placement: { poll_interval_ms: 200, ewma_alpha: 1.0 }\n"),
+                          "placement");
+  auto set_load = [](const fake_spark& f, int slots, int active, int pending) {
+    auto body = nlohmann::json{{"slots", slots}, {"active", active}, {"pending", pending}}.dump();
+    REQUIRE(http_post(f.ui_port, "/fake/load", body).first == 200);
+  };
+  auto utilization_of = [&](const std::string& name) {
+    auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
+    for (const auto& be : j["backends"])
+      if (be["name"] == name) return be["utilization"].is_null() ? -1.0 : be["utilization"].get<double>();
+    return -2.0;
+  };
+  auto wait_for = [&](const std::string& name, double value) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::abs(utilization_of(name) - value) > 1e-6 && std::chrono::steady_clock::now() - t0 < 5s)
+      std::this_thread::sleep_for(50ms);
+    return std::abs(utilization_of(name) - value) < 1e-6;
+  };
+  set_load(a, 8, 8, 8);  // saturated: (8 + 8) / 8 clipped to 1
+  set_load(b, 8, 1, 0);  // 1/8 busy
+  REQUIRE(wait_for("fake-busy", 1.0));
+  REQUIRE(wait_for("fake-idle", 0.125));
+  for (int i = 0; i < 10; ++i)
+    CHECK(backend_for_session(gw.grpc_port, "load-" + std::to_string(i), "quinn") == "fake-idle");
+
+  set_load(a, 8, 0, 0);
+  set_load(b, 8, 8, 4);
+  REQUIRE(wait_for("fake-busy", 0.0));
+  REQUIRE(wait_for("fake-idle", 1.0));
+  for (int i = 10; i < 20; ++i)
+    CHECK(backend_for_session(gw.grpc_port, "load-" + std::to_string(i), "quinn") == "fake-busy");
+  // Existing sessions stay where they are.
+  CHECK(backend_for_session(gw.grpc_port, "load-0", "quinn") == "fake-idle");
+  CHECK(metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-busy\"}") == 0);
+}
+
+TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on sessions alone",
+          "[integration][placement]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-noui");
+  std::string yaml = "bind_addr: \"127.0.0.1:0\"\nadmin_addr: \"127.0.0.1:0\"\n"
+                     "placement: { poll_interval_ms: 100 }\nbackends:\n"
+                     "  - { name: fake-noui, address: \"" + a.address() + "\", ui_url: \"http://127.0.0.1:1\" }\n";
+  auto gw = start_gateway(dir, yaml, "noui");
+  auto t0 = std::chrono::steady_clock::now();
+  while (metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") < 3 &&
+         std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(50ms);
+  CHECK(metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3);
+  CHECK(backend_for_session(gw.grpc_port, "noui-1", "rae") == "fake-noui");
+  auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
+  CHECK(j["backends"][0]["utilization"].is_null());
+  // One log line for the failing state, not one per poll.
+  std::ifstream log(gw.proc.log_path());
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::size_t n = 0;
+  for (auto pos = text.find("poll_failed"); pos != std::string::npos; pos = text.find("poll_failed", pos + 1)) ++n;
+  CHECK(n == 1);
 }

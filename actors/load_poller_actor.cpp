@@ -1,0 +1,99 @@
+// The load poller: one per backend that has a ui_url. Every
+// placement.poll_interval_ms it reads the Spark UI REST API (applications,
+// executors, active stages), turns it into utilization and folds it into the
+// backend's EWMA, which placement reads. A failed poll (timeout, HTTP error,
+// malformed JSON) is a missing sample: counted, logged once per change of
+// state, never fatal.
+#include "actors/protocol.hpp"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "actors/load.hpp"
+
+namespace scg::actors {
+
+struct load_poller_state {
+  std::shared_ptr<backend_state> backend;
+  std::unique_ptr<ewma> average;
+  std::chrono::milliseconds interval{2000};
+  std::string app_id;
+  bool failing = false;  // the last poll failed (log only on changes)
+  static inline const char* name = "load_poller";
+};
+
+namespace {
+
+constexpr auto http_timeout_secs = 2;
+
+/// GET `path` on the Spark UI; the body, or an error naming what failed.
+std::pair<std::string, std::string> get(httplib::Client& http, const std::string& path) {
+  auto res = http.Get(path.c_str());
+  if (!res) return {{}, "GET " + path + ": " + httplib::to_string(res.error())};
+  if (res->status != 200) return {{}, "GET " + path + ": HTTP " + std::to_string(res->status)};
+  return {res->body, {}};
+}
+
+/// One poll: the load, or an error.
+load_result poll_once(load_poller_state& st) {
+  httplib::Client http(st.backend->ui_url);
+  http.set_connection_timeout(http_timeout_secs);
+  http.set_read_timeout(http_timeout_secs);
+  if (st.app_id.empty()) {
+    auto [body, err] = get(http, "/api/v1/applications");
+    if (!err.empty()) return {std::nullopt, err};
+    st.app_id = app_id_from_applications(body, err);
+    if (st.app_id.empty()) return {std::nullopt, err};
+  }
+  const std::string base = "/api/v1/applications/" + st.app_id;
+  auto [executors, e1] = get(http, base + "/executors");
+  if (!e1.empty()) {
+    st.app_id.clear();  // the server may have restarted with a new application
+    return {std::nullopt, e1};
+  }
+  auto [stages, e2] = get(http, base + "/stages?status=active");
+  if (!e2.empty()) return {std::nullopt, e2};
+  return parse_spark_load(executors, stages);
+}
+
+caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
+                                std::shared_ptr<backend_state> backend, double alpha,
+                                std::chrono::milliseconds interval) {
+  auto& st = self->state;
+  st.backend = std::move(backend);
+  st.average = std::make_unique<ewma>(alpha);
+  st.interval = interval;
+  self->send(self, tick_atom::value);
+  return {
+      [=](tick_atom) {
+        auto& st = self->state;
+        auto log = spdlog::get("backend");
+        auto r = poll_once(st);
+        if (r.load) {
+          st.average->add(utilization(*r.load));
+          st.backend->utilization.store(*st.average->value());
+          if (st.failing) log->info("poll_recovered backend={}", st.backend->name);
+          st.failing = false;
+        } else {
+          st.backend->poll_errors_total.fetch_add(1, std::memory_order_relaxed);
+          if (!st.failing)
+            log->warn("poll_failed backend={} ui_url={} reason=\"{}\"", st.backend->name,
+                      st.backend->ui_url, r.error);
+          st.failing = true;
+        }
+        self->delayed_send(self, st.interval, tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
+                             double alpha, std::chrono::milliseconds interval) {
+  // Detached: the HTTP client blocks for up to its timeouts.
+  return sys.spawn<caf::detached>(load_poller_actor, std::move(backend), alpha, interval);
+}
+
+}  // namespace scg::actors
