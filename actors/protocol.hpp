@@ -23,6 +23,7 @@ using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id):
 using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
 using drain_atom = caf::atom_constant<caf::atom("drain")>;      // (): no new sessions
+                                                                // (name, bool): drain a backend
 
 // router ← cluster actor
 using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released on a peer

@@ -56,6 +56,10 @@ class router {
   /// Stops taking new sessions (SIGTERM drain).
   void stop_new_sessions() const;
 
+  /// Drains (`on`) or undrains backend `name` on every replica: a draining
+  /// backend takes no new sessions; its sessions and operations continue.
+  void set_draining(std::string name, bool on) const;
+
   /// The router actor (the cluster actor tells it the members).
   const caf::actor& actor() const;
 

@@ -1,5 +1,7 @@
 #include "actors/protocol.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <unordered_map>
@@ -232,6 +234,16 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           self->state.sessions.erase(it);
       },
       [=](drain_atom) { self->state.accepting = false; },
+      [=](drain_atom, const std::string& name, bool on) {
+        auto b = index_of(self->state, name);
+        if (!b) return;
+        self->state.backends[*b]->draining = on;
+        spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);
+        if (on)
+          replicate(self, cluster::put_atom::value, "d/" + name, std::string("draining"), std::string());
+        else
+          replicate(self, cluster::erase_atom::value, "d/" + name);
+      },
       [=](tick_atom) {
         auto& st = self->state;
         const auto now = now_ms();
@@ -310,5 +322,9 @@ void router::session_released(std::string key) const {
 const caf::actor& router::actor() const { return impl_->actor; }
 
 void router::stop_new_sessions() const { caf::anon_send(impl_->actor, drain_atom::value); }
+
+void router::set_draining(std::string name, bool on) const {
+  caf::anon_send(impl_->actor, drain_atom::value, std::move(name), on);
+}
 
 }  // namespace scg::actors

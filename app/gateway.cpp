@@ -87,6 +87,7 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   view.backends = backends;
   view.table = table;
   view.policy = actors::make_policy(cfg.placement);
+  view.set_draining = [&router](const std::string& name, bool on) { router.set_draining(name, on); };
   int cluster_port = 0;
   if (cfg.cluster) {
     view.node_name = cfg.cluster->node_name;

@@ -99,7 +99,7 @@ struct cluster_state {
   hlc clock{[] { return static_cast<std::uint64_t>(wall_ms()); }};
   replicated_table table;
   std::shared_ptr<actors::session_table> sessions;
-  std::vector<std::string> backend_names;
+  actors::backend_list backends;
   caf::actor router;
   std::shared_ptr<cluster_view> view;
   std::function<void()> on_ready;
@@ -125,8 +125,8 @@ spdlog::logger& log() {
 }
 
 std::optional<actors::backend_index> backend_index_of(const cluster_state& st, const std::string& name) {
-  for (std::size_t i = 0; i < st.backend_names.size(); ++i)
-    if (st.backend_names[i] == name) return static_cast<actors::backend_index>(i);
+  for (std::size_t i = 0; i < st.backends.size(); ++i)
+    if (st.backends[i]->name == name) return static_cast<actors::backend_index>(i);
   return std::nullopt;
 }
 
@@ -134,6 +134,10 @@ std::optional<actors::backend_index> backend_index_of(const cluster_state& st, c
 void apply(cluster_state& st, const entry& e) {
   const bool session = e.key.rfind("s/", 0) == 0;
   const std::string id = e.key.substr(2);
+  if (e.key.rfind("d/", 0) == 0) {  // a backend drained (live) or undrained (deleted)
+    if (auto b = backend_index_of(st, id)) st.backends[*b]->draining = !e.deleted;
+    return;
+  }
   if (e.deleted) {
     if (session) {
       if (st.sessions->erase_session(id)) caf::anon_send(st.router, actors::forget_atom::value, id);
@@ -233,8 +237,8 @@ void refresh_or_expire(self_ptr self) {
   std::vector<entry> touch;
   std::vector<std::string> expire;
   st.table.for_each([&](const entry& e) {
-    if (e.deleted) return;
     const bool session = e.key.rfind("s/", 0) == 0;
+    if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
     const std::string id = e.key.substr(2);
     auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
     const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
@@ -292,14 +296,14 @@ void dial(self_ptr self, const std::string& address) {
 
 caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity ttl,
                             std::shared_ptr<actors::session_table> sessions,
-                            std::vector<std::string> backend_names, caf::actor router,
+                            actors::backend_list backends, caf::actor router,
                             std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
   st.op_ttl_ms = std::int64_t{ttl.op_ttl_secs} * 1000;
   st.sessions = std::move(sessions);
-  st.backend_names = std::move(backend_names);
+  st.backends = std::move(backends);
   st.router = std::move(router);
   st.view = std::move(view);
   st.on_ready = std::move(on_ready);
@@ -474,8 +478,6 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
                     const caf::actor& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready) {
   auto [host, port] = split(c.bind_addr);
-  std::vector<std::string> names;
-  for (const auto& b : backends) names.push_back(b->name);
   // The address peers dial: the bind host, or this host's name for a wildcard.
   std::string advertised = host;
   if (host == "0.0.0.0" || host.empty()) {
@@ -484,7 +486,7 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
     advertised = buf;
   }
   // Spawned detached: it resolves seed names, which may block.
-  auto actor = sys.spawn<caf::detached>(cluster_actor, c, ttl, table, names, router, view,
+  auto actor = sys.spawn<caf::detached>(cluster_actor, c, ttl, table, backends, router, view,
                                         std::move(on_ready));
   const char* in = host == "0.0.0.0" ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)

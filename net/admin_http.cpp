@@ -150,6 +150,24 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
   srv.Get("/api/v1/backends", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(backends_json(view), "application/json");
   });
+  // POST /api/v1/backends/{name}/drain | /undrain
+  srv.Post(R"(/api/v1/backends/([^/]+)/(drain|undrain))",
+           [&view](const httplib::Request& req, httplib::Response& res) {
+             const std::string name = req.matches[1];
+             const bool on = req.matches[2] == "drain";
+             bool known = false;
+             for (const auto& b : view.backends) known = known || b->name == name;
+             if (!known) {
+               res.status = 404;
+               res.set_content(nlohmann::json{{"error", "no backend named " + name}}.dump(),
+                               "application/json");
+               return;
+             }
+             view.set_draining(name, on);
+             spdlog::get("admin")->info("backend_{} backend={} remote={}", on ? "drain" : "undrain", name,
+                                        req.remote_addr);
+             res.set_content(nlohmann::json{{"backend", name}, {"draining", on}}.dump(), "application/json");
+           });
   srv.Get("/api/v1/cluster", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(cluster_json(view), "application/json");
   });

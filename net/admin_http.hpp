@@ -2,6 +2,7 @@
 // The admin HTTP endpoint: health, readiness, backends, metrics.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,8 @@ struct admin_view {
   std::atomic<bool> synced{true};     ///< the cluster's first full sync is done (or no cluster)
   std::string node_name = "standalone";
   std::shared_ptr<cluster::cluster_view> cluster;  ///< null for a single replica
+  /// Drains or undrains a backend by name, cluster-wide.
+  std::function<void(const std::string& name, bool on)> set_draining;
 };
 
 class admin_http {

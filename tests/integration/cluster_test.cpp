@@ -331,3 +331,24 @@ TEST_CASE("bindings used on any replica live on, and ones unused everywhere expi
   // The used session kept its binding on both replicas all along.
   CHECK(config_backend(r0.grpc_port, "gc-0") == "fake-gc");
 }
+
+TEST_CASE("draining a backend on one replica applies on every replica", "[integration][cluster]") {
+  cluster_env env(2);
+  REQUIRE(http_post(env.replicas[0]->admin_port, "/api/v1/backends/fake-a/drain", "").first == 200);
+  auto draining_on = [&](int r) {
+    auto j = nlohmann::json::parse(http_get(env.replicas[r]->admin_port, "/api/v1/backends").second);
+    for (const auto& be : j["backends"])
+      if (be["name"] == "fake-a") return be["draining"].get<bool>();
+    return false;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (!draining_on(1) && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(50ms);
+  CHECK(draining_on(1));
+  for (int i = 0; i < 10; ++i) CHECK(config_backend(env.replicas[1]->grpc_port, "cd-" + std::to_string(i)) != "fake-a");
+  // A replica that joins later learns the drain in its first sync.
+  auto& late = env.add_replica({env.replicas[1]->cluster_port});
+  t0 = std::chrono::steady_clock::now();
+  while (http_get(late.admin_port, "/readyz").first != 200 && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(50ms);
+  CHECK(draining_on(2));
+}

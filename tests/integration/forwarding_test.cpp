@@ -705,3 +705,35 @@ TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on session
   for (auto pos = text.find("poll_failed"); pos != std::string::npos; pos = text.find("poll_failed", pos + 1)) ++n;
   CHECK(n == 1);
 }
+
+TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
+          "[integration][placement]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-old");
+  auto b = start_fake(dir, "fake-new");
+  auto gw = start_gateway(dir, gateway_yaml({&a, &b}), "drain-backend");
+  std::string on_old;
+  for (int i = 0; i < 6 && on_old.empty(); ++i) {
+    const std::string s = "drain-pre-" + std::to_string(i);
+    if (backend_for_session(gw.grpc_port, s, "sam") == "fake-old") on_old = s;
+  }
+  REQUIRE(!on_old.empty());
+  CHECK(http_post(gw.admin_port, "/api/v1/backends/nope/drain", "").first == 404);
+  auto [code, body] = http_post(gw.admin_port, "/api/v1/backends/fake-old/drain", "");
+  REQUIRE(code == 200);
+  std::this_thread::sleep_for(200ms);
+  for (int i = 0; i < 8; ++i)
+    CHECK(backend_for_session(gw.grpc_port, "drain-new-" + std::to_string(i), "sam") == "fake-new");
+  CHECK(backend_for_session(gw.grpc_port, on_old, "sam") == "fake-old");  // carries on
+  auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
+  for (const auto& be : j["backends"])
+    if (be["name"] == "fake-old") {
+      CHECK(be["draining"].get<bool>());
+      CHECK(be["sessions"].get<int>() >= 1);  // what an operator waits on
+    }
+  REQUIRE(http_post(gw.admin_port, "/api/v1/backends/fake-old/undrain", "").first == 200);
+  std::this_thread::sleep_for(200ms);
+  std::set<std::string> used;
+  for (int i = 0; i < 8; ++i) used.insert(backend_for_session(gw.grpc_port, "drain-after-" + std::to_string(i), "sam"));
+  CHECK(used.count("fake-old") == 1);
+}
