@@ -28,6 +28,7 @@ struct backend_state {
   std::unique_ptr<grpc::GenericStub> stub;  ///< one HTTP/2 connection multiplexes all calls
 
   std::atomic<bool> reachable{true};   ///< false while the channel is in TRANSIENT_FAILURE
+  std::atomic<bool> healthy{true};     ///< by active probes (health: failures / successes)
   /// EWMA of (active + pending) / slots from the Spark UI, in [0, 1]; negative
   /// until the first good poll (then placement scores on sessions alone).
   std::atomic<double> utilization{-1.0};
@@ -44,6 +45,11 @@ struct backend_state {
 };
 
 using backend_list = std::vector<std::shared_ptr<backend_state>>;
+
+/// True when placement may give `b` new sessions.
+inline bool eligible(const backend_state& b) {
+  return b.reachable.load() && b.healthy.load() && !b.draining.load();
+}
 
 /// Creates a backend with its channel: one HTTP/2 connection, message limits
 /// from `max_message_bytes`, reconnect attempts bounded by `connect_timeout_ms`

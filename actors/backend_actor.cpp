@@ -8,6 +8,8 @@
 
 #include <chrono>
 
+#include "actors/health.hpp"
+
 namespace scg::actors {
 
 backend_state::backend_state(std::string n, std::string a, std::string u)
@@ -42,6 +44,8 @@ std::shared_ptr<backend_state> make_backend(const std::string& name, const std::
 
 struct backend_actor_state {
   std::shared_ptr<backend_state> backend;
+  config::health health;
+  std::unique_ptr<health_streak> streak;
   static inline const char* name = "backend";
 };
 
@@ -49,10 +53,53 @@ namespace {
 
 constexpr auto watch_interval = std::chrono::milliseconds(250);
 
+/// The probe: Config for a fixed session of a fixed user, as raw protobuf
+/// (session_id = 1, user_context = 2 { user_id = 1 }). Any answer from the
+/// server, even an error status, shows it alive.
+const std::string& probe_request() {
+  static const std::string bytes = [] {
+    const std::string session = "00000000-5c90-4000-8000-000000000001";
+    const std::string user = "scg-health-probe";
+    std::string out;
+    out += '\x0a';
+    out += static_cast<char>(session.size());
+    out += session;
+    out += '\x12';
+    out += static_cast<char>(user.size() + 2);
+    out += '\x0a';
+    out += static_cast<char>(user.size());
+    out += user;
+    return out;
+  }();
+  return bytes;
+}
+
+/// Sends one probe; its outcome comes back to `actor` as (probe_atom, answered).
+void send_probe(backend_state& b, int timeout_ms, caf::actor actor) {
+  struct call {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request, response;
+  };
+  auto* c = new call;
+  grpc::Slice slice(probe_request());
+  c->request = grpc::ByteBuffer(&slice, 1);
+  c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  b.stub->UnaryCall(&c->ctx, "/spark.connect.SparkConnectService/Config", grpc::StubOptions(),
+                    &c->request, &c->response, [c, actor](grpc::Status s) {
+                      bool answered = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                                      s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+                      caf::anon_send(actor, probe_atom::value, answered);
+                      delete c;
+                    });
+}
+
 caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
-                            std::shared_ptr<backend_state> backend) {
+                            std::shared_ptr<backend_state> backend, config::health health) {
   self->state.backend = std::move(backend);
+  self->state.health = health;
+  self->state.streak = std::make_unique<health_streak>(health.failures, health.successes);
   self->send(self, tick_atom::value);
+  send_probe(*self->state.backend, health.timeout_ms, caf::actor_cast<caf::actor>(self));
   auto log = spdlog::get("backend");
   return {
       [=](tick_atom) {
@@ -68,13 +115,36 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         }
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
+      [=](probe_atom, bool answered) {
+        auto& st = self->state;
+        switch (st.streak->record(answered)) {
+          case health_streak::change::became_unhealthy:
+            st.backend->healthy = false;
+            log->warn("backend_unhealthy backend={} failed_probes={}", st.backend->name,
+                      st.health.failures);
+            break;
+          case health_streak::change::became_healthy:
+            st.backend->healthy = true;
+            log->info("backend_healthy backend={}", st.backend->name);
+            break;
+          case health_streak::change::none:
+            break;
+        }
+        // The next probe after this one's outcome: never two in flight.
+        self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
+      },
+      [=](probe_atom) {
+        send_probe(*self->state.backend, self->state.health.timeout_ms,
+                   caf::actor_cast<caf::actor>(self));
+      },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend) {
-  return sys.spawn(backend_actor, std::move(backend));
+caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
+                         const config::health& health) {
+  return sys.spawn(backend_actor, std::move(backend), health);
 }
 
 }  // namespace scg::actors

@@ -34,6 +34,7 @@ using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding fo
 // self-addressed timers
 using expire_atom = caf::atom_constant<caf::atom("expire")>;  // router → session: idle check
 using tick_atom = caf::atom_constant<caf::atom("tick")>;      // periodic work
+using probe_atom = caf::atom_constant<caf::atom("probe")>;    // (bool answered): probe result
 
 /// Settings the router needs, taken from config once.
 struct router_settings {
@@ -55,8 +56,10 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
                          std::shared_ptr<session_table> table, std::int64_t ttl_ms,
                          caf::actor router);
 
-/// One backend: watches its channel's connectivity and publishes reachability.
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend);
+/// One backend: watches its channel's connectivity (reachable) and probes it
+/// with a cheap RPC every health.interval_ms (healthy).
+caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
+                         const config::health& health);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
 /// (smoothing `alpha`) in backend->utilization.

@@ -41,7 +41,7 @@ std::vector<candidate> candidates(const router_state& st) {
   for (std::size_t i = 0; i < st.backends.size(); ++i) {
     const auto& b = *st.backends[i];
     auto util = b.utilization.load();
-    out.push_back({b.reachable.load() && !b.draining.load(), i < bound.size() ? bound[i] : 0,
+    out.push_back({eligible(b), i < bound.size() ? bound[i] : 0,
                    util >= 0 ? std::optional<double>(util) : std::nullopt});
   }
   return out;
@@ -54,7 +54,7 @@ std::string no_backend_message(const router_state& st) {
   for (std::size_t i = 0; i < st.backends.size() && i < named; ++i) {
     const auto& b = *st.backends[i];
     out += (i ? ", " : " ") + b.name + " (" + b.address + ") " +
-           (b.draining.load() ? "draining" : "unreachable");
+           (b.draining.load() ? "draining" : !b.reachable.load() ? "unreachable" : "unhealthy");
   }
   if (st.backends.size() > named)
     out += " and " + std::to_string(st.backends.size() - named) + " more";
@@ -286,7 +286,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg,
   s.policy = make_policy(cfg.placement);
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   for (const auto& b : backends) {
-    impl_->backend_actors.push_back(spawn_backend(sys, b));
+    impl_->backend_actors.push_back(spawn_backend(sys, b, cfg.health));
     if (!b->ui_url.empty())
       impl_->backend_actors.push_back(spawn_load_poller(
           sys, b, cfg.placement.ewma_alpha, std::chrono::milliseconds(cfg.placement.poll_interval_ms)));

@@ -228,8 +228,8 @@ gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
-             {"bind_addr", "admin_addr", "backends", "placement", "affinity", "limits", "shutdown",
-              "logging", "cluster"});
+             {"bind_addr", "admin_addr", "backends", "placement", "affinity", "limits", "health",
+              "shutdown", "logging", "cluster"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -249,6 +249,13 @@ gateway parse_gateway(const YAML::Node& root) {
       g.limits.max_message_bytes = static_cast<std::size_t>(
           integer_in(n["max_message_bytes"], "limits.max_message_bytes", 1024, INT_MAX));
     read_int(n, "limits", "connect_timeout_ms", g.limits.connect_timeout_ms, 1);
+  }
+  if (const YAML::Node n = root["health"]; present(n)) {
+    check_keys(n, "health", {"interval_ms", "timeout_ms", "failures", "successes"});
+    read_int(n, "health", "interval_ms", g.health.interval_ms, 10);
+    read_int(n, "health", "timeout_ms", g.health.timeout_ms, 10);
+    read_int(n, "health", "failures", g.health.failures, 1);
+    read_int(n, "health", "successes", g.health.successes, 1);
   }
   if (const YAML::Node n = root["shutdown"]; present(n)) {
     check_keys(n, "shutdown", {"deadline_secs"});

@@ -39,6 +39,15 @@ struct limits {
   int connect_timeout_ms = 3000;  ///< a backend that cannot be reached answers UNAVAILABLE after this
 };
 
+/// Active health probes: a cheap Spark Connect RPC (Config on a fixed probe
+/// session) to every backend, since Spark registers no grpc.health service.
+struct health {
+  int interval_ms = 1000;  ///< between probes of one backend
+  int timeout_ms = 1000;   ///< a probe with no answer by then failed
+  int failures = 3;        ///< consecutive failures that make a backend unhealthy
+  int successes = 2;       ///< consecutive successes that make it healthy again
+};
+
 struct shutdown {
   int deadline_secs = 30;  ///< in-flight streams may finish for this long after SIGTERM
 };
@@ -75,6 +84,7 @@ struct gateway {
   config::placement placement;
   config::affinity affinity;
   config::limits limits;
+  config::health health;
   config::shutdown shutdown;
   config::logging logging;
   std::optional<config::cluster> cluster;

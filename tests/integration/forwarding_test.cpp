@@ -737,3 +737,33 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
   for (int i = 0; i < 8; ++i) used.insert(backend_for_session(gw.grpc_port, "drain-after-" + std::to_string(i), "sam"));
   CHECK(used.count("fake-old") == 1);
 }
+
+TEST_CASE("a backend that stops answering probes gets no new sessions until it answers again",
+          "[integration][placement]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-frozen");
+  auto b = start_fake(dir, "fake-fine");
+  auto gw = start_gateway(
+      dir, gateway_yaml({&a, &b}, "health: { interval_ms: 100, timeout_ms: 300, failures: 2, successes: 2 }\n"),
+      "health");
+  auto healthy = [&](const std::string& name) {
+    auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
+    for (const auto& be : j["backends"])
+      if (be["name"] == name) return be["healthy"].get<bool>();
+    return false;
+  };
+  auto wait_for = [&](const std::string& name, bool want) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (healthy(name) != want && std::chrono::steady_clock::now() - t0 < 5s)
+      std::this_thread::sleep_for(50ms);
+    return healthy(name) == want;
+  };
+  REQUIRE(wait_for("fake-frozen", true));
+  a.proc.signal(SIGSTOP);  // the TCP connection stays up; nothing answers
+  CHECK(wait_for("fake-frozen", false));
+  for (int i = 0; i < 6; ++i)
+    CHECK(backend_for_session(gw.grpc_port, "probe-" + std::to_string(i), "tess") == "fake-fine");
+  CHECK(metric_value(gw.admin_port, "scg_backend_healthy{backend=\"fake-frozen\"}") == 0);
+  a.proc.signal(SIGCONT);
+  CHECK(wait_for("fake-frozen", true));
+}
