@@ -29,6 +29,8 @@ struct backend_state {
 
   std::atomic<bool> reachable{true};   ///< false while the channel is in TRANSIENT_FAILURE
   std::atomic<bool> healthy{true};     ///< by active probes (health: failures / successes)
+  /// Steady-clock ms since when it is unreachable or unhealthy; 0 while fine.
+  std::atomic<std::int64_t> down_since_ms{0};
   /// EWMA of (active + pending) / slots from the Spark UI, in [0, 1]; negative
   /// until the first good poll (then placement scores on sessions alone).
   std::atomic<double> utilization{-1.0};
@@ -45,6 +47,12 @@ struct backend_state {
 };
 
 using backend_list = std::vector<std::shared_ptr<backend_state>>;
+
+/// True when `b` has been down (unreachable or unhealthy) for `after_ms` by `now_ms`.
+inline bool lost(const backend_state& b, std::int64_t now_ms, std::int64_t after_ms) {
+  auto since = b.down_since_ms.load();
+  return since > 0 && now_ms - since >= after_ms;
+}
 
 /// True when placement may give `b` new sessions.
 inline bool eligible(const backend_state& b) {

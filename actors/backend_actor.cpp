@@ -113,6 +113,10 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
           else
             log->warn("backend_unreachable backend={} address={}", b.name, b.address);
         }
+        // Down since when (for on_backend_lost), or 0 while fine.
+        const bool down = !reachable || !b.healthy.load();
+        if (down && b.down_since_ms.load() == 0) b.down_since_ms = now_ms();
+        if (!down) b.down_since_ms = 0;
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
       [=](probe_atom, bool answered) {

@@ -19,6 +19,7 @@ namespace scg::actors {
 // router ← data path (through scg::actors::router)
 using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
 using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index)
+using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_callback)
 using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id): started
 using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession

@@ -41,6 +41,10 @@ class router {
   /// now, answers that binding.
   void resolve(std::string key, route_callback done) const;
 
+  /// Moves `key` off the lost backend it is bound to: a new placement,
+  /// replicated, audited. Answers like resolve().
+  void rebind(std::string key, route_callback done) const;
+
   /// Binds `key` to `backend` unless bound (CloneSession's new session).
   void bind_clone(std::string key, backend_index backend) const;
 

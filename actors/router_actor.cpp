@@ -202,6 +202,21 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
       },
+      [=](rebind_atom, const std::string& key, const route_callback& done) {
+        auto& st = self->state;
+        auto old = st.table->find_session(key, now_ms());
+        // Another call may have rebound it already: then the binding stands.
+        if (old && eligible(*st.backends[*old])) return done({*old, {}});
+        if (old) st.table->erase_session(key);
+        auto r = decide_here(self, key);
+        if (r.backend) {
+          core::bump(core::global_metrics().router_rebinds_total);
+          spdlog::get("audit")->info("session_rebound from={} to={}",
+                                     old ? st.backends[*old]->name : std::string("?"),
+                                     st.backends[*r.backend]->name);
+        }
+        done(r);
+      },
       [=](clone_atom, const std::string& key, backend_index backend) {
         if (self->state.table->find_session(key, now_ms())) return;
         core::bump(core::global_metrics().router_clones_bound_total);
@@ -301,6 +316,10 @@ router::~router() {
 
 void router::resolve(std::string key, route_callback done) const {
   caf::anon_send(impl_->actor, bind_atom::value, std::move(key), std::move(done));
+}
+
+void router::rebind(std::string key, route_callback done) const {
+  caf::anon_send(impl_->actor, rebind_atom::value, std::move(key), std::move(done));
 }
 
 void router::bind_clone(std::string key, backend_index backend) const {

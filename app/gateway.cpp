@@ -19,7 +19,7 @@ namespace scg::app {
 
 void setup_logging(const std::string& level) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  for (const char* name : {"main", "forward", "router", "backend", "admin", "cluster"}) {
+  for (const char* name : {"main", "forward", "router", "backend", "admin", "cluster", "audit"}) {
     if (spdlog::get(name)) continue;
     auto logger = std::make_shared<spdlog::logger>(name, sink);
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %n %v");
@@ -82,6 +82,8 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   fx.backends = backends;
   fx.table = table;
   fx.router = &router;
+  fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
+  fx.rebind_lost = cfg.on_backend_lost.action == "rebind";
 
   net::admin_view view;
   view.backends = backends;

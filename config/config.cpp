@@ -229,7 +229,7 @@ gateway parse_gateway(const YAML::Node& root) {
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "admin_addr", "backends", "placement", "affinity", "limits", "health",
-              "shutdown", "logging", "cluster"});
+              "on_backend_lost", "shutdown", "logging", "cluster"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -256,6 +256,16 @@ gateway parse_gateway(const YAML::Node& root) {
     read_int(n, "health", "timeout_ms", g.health.timeout_ms, 10);
     read_int(n, "health", "failures", g.health.failures, 1);
     read_int(n, "health", "successes", g.health.successes, 1);
+  }
+  if (const YAML::Node n = root["on_backend_lost"]; present(n)) {
+    check_keys(n, "on_backend_lost", {"after_secs", "action"});
+    read_int(n, "on_backend_lost", "after_secs", g.on_backend_lost.after_secs, 0);
+    if (n["action"]) {
+      g.on_backend_lost.action = as_string(n["action"], "on_backend_lost.action");
+      if (g.on_backend_lost.action != "rebind" && g.on_backend_lost.action != "fail")
+        reject("on_backend_lost.action",
+               "unknown action " + quoted(g.on_backend_lost.action) + " (expected rebind or fail)");
+    }
   }
   if (const YAML::Node n = root["shutdown"]; present(n)) {
     check_keys(n, "shutdown", {"deadline_secs"});

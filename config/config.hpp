@@ -48,6 +48,13 @@ struct health {
   int successes = 2;       ///< consecutive successes that make it healthy again
 };
 
+/// What happens to the sessions of a backend that stays unreachable or
+/// unhealthy: a decision instead of minutes of client retries.
+struct on_backend_lost {
+  int after_secs = 30;             ///< down this long counts as lost
+  std::string action = "rebind";   ///< rebind | fail
+};
+
 struct shutdown {
   int deadline_secs = 30;  ///< in-flight streams may finish for this long after SIGTERM
 };
@@ -85,6 +92,7 @@ struct gateway {
   config::affinity affinity;
   config::limits limits;
   config::health health;
+  config::on_backend_lost on_backend_lost;
   config::shutdown shutdown;
   config::logging logging;
   std::optional<config::cluster> cluster;

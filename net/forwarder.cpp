@@ -202,24 +202,48 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     key_ = actors::session_key{"", fields_.user_id, fields_.session_id}.str();
     const auto now = actors::now_ms();
     if (follows_operation(rpc_, fields_)) {
-      if (auto op = fx_.table->find_op(fields_.operation_id, now)) return start_upstream(op->backend);
+      // An operation on a lost backend died with it: route by session, and
+      // the new server answers OPERATION_NOT_FOUND, so the client re-runs it.
+      if (auto op = fx_.table->find_op(fields_.operation_id, now);
+          op && !actors::lost(*fx_.backends[op->backend], now, fx_.lost_after_ms))
+        return start_upstream(op->backend);
     }
     if (fields_.session_id.empty() || fx_.backends.empty()) {
       // Nothing to keep affinity for (no message, or an rpc without a
       // session): spread over reachable backends; the backend answers.
       return start_upstream(any_backend());
     }
-    if (auto b = fx_.table->find_session(key_, now)) return start_upstream(*b);
-    fx_.router->resolve(key_, [this](actors::route_result r) {
-      if (!r.backend) {
-        log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
-                  r.error);
-        return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
-      }
-      log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
-                 fx_.backends[*r.backend]->name);
-      start_upstream(*r.backend);
-    });
+    if (auto b = fx_.table->find_session(key_, now)) {
+      if (!actors::lost(*fx_.backends[*b], now, fx_.lost_after_ms)) return start_upstream(*b);
+      return on_lost_backend(*b);
+    }
+    fx_.router->resolve(key_, [this](actors::route_result r) { on_route(r); });
+  }
+
+  /// The session's backend has been down for on_backend_lost.after_secs:
+  /// move the session (the new server tells 4.0+ clients SESSION_CHANGED,
+  /// as Spark does) or refuse with a status that names the backend.
+  void on_lost_backend(backend_index b) {
+    const auto& lost = *fx_.backends[b];
+    if (!fx_.rebind_lost) {
+      core::bump(core::global_metrics().forward_backend_lost_total);
+      log_.info("backend_lost request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), lost.name);
+      return finish_local(grpc::StatusCode::FAILED_PRECONDITION,
+                          "scg: the session's backend " + lost.name + " (" + lost.address +
+                              ") was lost; start a new session (on_backend_lost.action: fail)");
+    }
+    fx_.router->rebind(key_, [this](actors::route_result r) { on_route(r); });
+  }
+
+  /// The router's answer for a new or rebound session (on an actor thread).
+  void on_route(const actors::route_result& r) {
+    if (!r.backend) {
+      log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), r.error);
+      return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
+    }
+    log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
+               fx_.backends[*r.backend]->name);
+    start_upstream(*r.backend);
   }
 
   backend_index any_backend() {

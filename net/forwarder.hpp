@@ -25,6 +25,8 @@ struct forward_context {
   std::shared_ptr<actors::session_table> table;
   const actors::router* router = nullptr;
   std::atomic<std::uint64_t> cursor{0};  ///< spreads calls that carry no session
+  std::int64_t lost_after_ms = 30000;    ///< on_backend_lost.after_secs
+  bool rebind_lost = true;               ///< on_backend_lost.action == rebind
 };
 
 /// Starts forwarding the call behind `ctx`; the reactor deletes itself when

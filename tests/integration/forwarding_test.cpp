@@ -767,3 +767,39 @@ TEST_CASE("a backend that stops answering probes gets no new sessions until it a
   a.proc.signal(SIGCONT);
   CHECK(wait_for("fake-frozen", true));
 }
+
+TEST_CASE("sessions of a lost backend are rebound, or refused naming it, as configured",
+          "[integration][placement]") {
+  for (const std::string action : {"rebind", "fail"}) {
+    temp_dir dir;
+    auto a = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
+    auto b = start_fake(dir, "fake-spare");
+    auto gw = start_gateway(
+        dir, gateway_yaml({a.get(), &b}, "on_backend_lost: { after_secs: 1, action: " + action + " }\n"),
+        "lost-" + action);
+    std::vector<std::string> on_doomed;
+    for (int i = 0; i < 10; ++i) {
+      const std::string s = "lost-" + std::to_string(i);
+      if (backend_for_session(gw.grpc_port, s, "uma") == "fake-doomed") on_doomed.push_back(s);
+    }
+    REQUIRE(!on_doomed.empty());
+    a.reset();  // killed
+    std::this_thread::sleep_for(1700ms);
+    for (const auto& s : on_doomed) {
+      grpc::Status status;
+      auto served = backend_for_session(gw.grpc_port, s, "uma", &status);
+      if (action == "rebind") {
+        CHECK(served == "fake-spare");
+      } else {
+        CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+        CHECK(status.error_message().find("fake-doomed") != std::string::npos);
+      }
+    }
+    if (action == "rebind") {
+      CHECK(metric_value(gw.admin_port, "scg_router_rebinds_total") == static_cast<long>(on_doomed.size()));
+      CHECK(backend_for_session(gw.grpc_port, on_doomed[0], "uma") == "fake-spare");  // it stays
+    } else {
+      CHECK(metric_value(gw.admin_port, "scg_forward_backend_lost_total") == static_cast<long>(on_doomed.size()));
+    }
+  }
+}
