@@ -34,6 +34,7 @@ struct backend_state {
   /// EWMA of (active + pending) / slots from the Spark UI, in [0, 1]; negative
   /// until the first good poll (then placement scores on sessions alone).
   std::atomic<double> utilization{-1.0};
+  std::atomic<std::uint64_t> polls_total{0};        ///< Spark UI polls made by this replica
   std::atomic<std::uint64_t> poll_errors_total{0};  ///< failed Spark UI polls
   std::atomic<bool> draining{false};   ///< no new sessions (set by the placement issue's API)
   std::atomic<std::int64_t> in_flight{0};        ///< calls being forwarded to it now

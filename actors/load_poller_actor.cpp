@@ -20,6 +20,7 @@ struct load_poller_state {
   std::unique_ptr<ewma> average;
   std::chrono::milliseconds interval{2000};
   std::string app_id;
+  caf::actor router;
   bool failing = false;  // the last poll failed (log only on changes)
   static inline const char* name = "load_poller";
 };
@@ -58,32 +59,52 @@ load_result poll_once(load_poller_state& st) {
   return parse_spark_load(executors, stages);
 }
 
+constexpr auto owner_timeout = std::chrono::seconds(1);
+
+/// Polls once and records the result.
+void poll(caf::stateful_actor<load_poller_state>* self) {
+  auto& st = self->state;
+  auto log = spdlog::get("backend");
+  st.backend->polls_total.fetch_add(1, std::memory_order_relaxed);
+  auto r = poll_once(st);
+  if (r.load) {
+    st.average->add(utilization(*r.load));
+    const double u = *st.average->value();
+    st.backend->utilization.store(u);
+    self->send(st.router, load_atom::value, st.backend->name, u);
+    if (st.failing) log->info("poll_recovered backend={}", st.backend->name);
+    st.failing = false;
+  } else {
+    st.backend->poll_errors_total.fetch_add(1, std::memory_order_relaxed);
+    if (!st.failing)
+      log->warn("poll_failed backend={} ui_url={} reason=\"{}\"", st.backend->name, st.backend->ui_url,
+                r.error);
+    st.failing = true;
+  }
+}
+
 caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
                                 std::shared_ptr<backend_state> backend, double alpha,
-                                std::chrono::milliseconds interval) {
+                                std::chrono::milliseconds interval, caf::actor router) {
   auto& st = self->state;
   st.backend = std::move(backend);
   st.average = std::make_unique<ewma>(alpha);
   st.interval = interval;
+  st.router = std::move(router);
   self->send(self, tick_atom::value);
   return {
       [=](tick_atom) {
-        auto& st = self->state;
-        auto log = spdlog::get("backend");
-        auto r = poll_once(st);
-        if (r.load) {
-          st.average->add(utilization(*r.load));
-          st.backend->utilization.store(*st.average->value());
-          if (st.failing) log->info("poll_recovered backend={}", st.backend->name);
-          st.failing = false;
-        } else {
-          st.backend->poll_errors_total.fetch_add(1, std::memory_order_relaxed);
-          if (!st.failing)
-            log->warn("poll_failed backend={} ui_url={} reason=\"{}\"", st.backend->name,
-                      st.backend->ui_url, r.error);
-          st.failing = true;
-        }
-        self->delayed_send(self, st.interval, tick_atom::value);
+        // Only the backend's owner polls; the others get its figure replicated.
+        self->request(self->state.router, owner_timeout, owner_atom::value, "l/" + self->state.backend->name)
+            .then(
+                [=](bool mine) {
+                  if (mine) poll(self);
+                  self->delayed_send(self, self->state.interval, tick_atom::value);
+                },
+                [=](const caf::error&) {
+                  poll(self);  // no answer: better a duplicate poll than none
+                  self->delayed_send(self, self->state.interval, tick_atom::value);
+                });
       },
   };
 }
@@ -91,9 +112,10 @@ caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
 }  // namespace
 
 caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                             double alpha, std::chrono::milliseconds interval) {
+                             double alpha, std::chrono::milliseconds interval, caf::actor router) {
   // Detached: the HTTP client blocks for up to its timeouts.
-  return sys.spawn<caf::detached>(load_poller_actor, std::move(backend), alpha, interval);
+  return sys.spawn<caf::detached>(load_poller_actor, std::move(backend), alpha, interval,
+                                  std::move(router));
 }
 
 }  // namespace scg::actors

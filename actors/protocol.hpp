@@ -20,6 +20,10 @@ namespace scg::actors {
 using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
 using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index)
 using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_callback)
+
+// router ← load poller
+using owner_atom = caf::atom_constant<caf::atom("owner")>;  // (key) -> bool: this replica owns it
+using load_atom = caf::atom_constant<caf::atom("load")>;    // (backend name, utilization): share it
 using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id): started
 using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
@@ -63,8 +67,9 @@ caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> 
                          const config::health& health);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
-/// (smoothing `alpha`) in backend->utilization.
+/// (smoothing `alpha`) in backend->utilization — on the one replica that owns
+/// the backend (asked of `router`), which shares the figure with the others.
 caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                             double alpha, std::chrono::milliseconds interval);
+                             double alpha, std::chrono::milliseconds interval, caf::actor router);
 
 }  // namespace scg::actors

@@ -217,6 +217,16 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         }
         done(r);
       },
+      [=](owner_atom, const std::string& key) -> bool {
+        auto& st = self->state;
+        if (!st.cluster || st.member_names.empty()) return true;
+        std::vector<std::string> all = st.member_names;
+        all.push_back(st.settings.node_name);
+        return cluster::owner_of(key, all) == st.settings.node_name;
+      },
+      [=](load_atom, const std::string& name, double utilization) {
+        replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string());
+      },
       [=](clone_atom, const std::string& key, backend_index backend) {
         if (self->state.table->find_session(key, now_ms())) return;
         core::bump(core::global_metrics().router_clones_bound_total);
@@ -300,13 +310,14 @@ router::router(caf::actor_system& sys, const config::gateway& cfg,
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;
   s.policy = make_policy(cfg.placement);
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
+  impl_->actor = spawn_router(sys, s, table, backends);
   for (const auto& b : backends) {
     impl_->backend_actors.push_back(spawn_backend(sys, b, cfg.health));
     if (!b->ui_url.empty())
-      impl_->backend_actors.push_back(spawn_load_poller(
-          sys, b, cfg.placement.ewma_alpha, std::chrono::milliseconds(cfg.placement.poll_interval_ms)));
+      impl_->backend_actors.push_back(spawn_load_poller(sys, b, cfg.placement.ewma_alpha,
+                                                        std::chrono::milliseconds(cfg.placement.poll_interval_ms),
+                                                        impl_->actor));
   }
-  impl_->actor = spawn_router(sys, s, std::move(table), std::move(backends));
 }
 
 router::~router() {

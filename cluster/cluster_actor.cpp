@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -136,6 +137,13 @@ void apply(cluster_state& st, const entry& e) {
   const std::string id = e.key.substr(2);
   if (e.key.rfind("d/", 0) == 0) {  // a backend drained (live) or undrained (deleted)
     if (auto b = backend_index_of(st, id)) st.backends[*b]->draining = !e.deleted;
+    return;
+  }
+  if (e.key.rfind("l/", 0) == 0) {  // a backend's utilization, from the replica that polls it
+    auto b = backend_index_of(st, id);
+    char* end = nullptr;
+    double u = std::strtod(e.backend.c_str(), &end);
+    if (b && !e.deleted && end != e.backend.c_str()) st.backends[*b]->utilization = u;
     return;
   }
   if (e.deleted) {

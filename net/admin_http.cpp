@@ -126,6 +126,8 @@ std::string metrics_text(const admin_view& view) {
        "gauge", [&](std::size_t i) { return std::to_string(view.backends[i]->utilization.load()); }},
       {"backend_score", "Placement score (lower takes new sessions first)", "gauge",
        [&](std::size_t i) { return std::to_string(score_of(view, i, bound)); }},
+      {"backend_polls_total", "Spark UI polls made by this replica (the backend's owner)", "counter",
+       [&](std::size_t i) { return std::to_string(view.backends[i]->polls_total.load()); }},
       {"backend_poll_errors_total", "Failed Spark UI polls", "counter",
        [&](std::size_t i) { return std::to_string(view.backends[i]->poll_errors_total.load()); }},
   };
