@@ -44,6 +44,7 @@ std::shared_ptr<backend_state> make_backend(const std::string& name, const std::
 
 struct backend_actor_state {
   std::shared_ptr<backend_state> backend;
+  caf::actor router;
   config::health health;
   std::unique_ptr<health_streak> streak;
   static inline const char* name = "backend";
@@ -94,12 +95,14 @@ void send_probe(backend_state& b, int timeout_ms, caf::actor actor) {
 }
 
 caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
-                            std::shared_ptr<backend_state> backend, config::health health) {
+                            std::shared_ptr<backend_state> backend, config::health health,
+                            caf::actor router) {
   self->state.backend = std::move(backend);
+  self->state.router = std::move(router);
   self->state.health = health;
   self->state.streak = std::make_unique<health_streak>(health.failures, health.successes);
   self->send(self, tick_atom::value);
-  send_probe(*self->state.backend, health.timeout_ms, caf::actor_cast<caf::actor>(self));
+  self->send(self, probe_atom::value);
   auto log = spdlog::get("backend");
   return {
       [=](tick_atom) {
@@ -124,11 +127,13 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         switch (st.streak->record(answered)) {
           case health_streak::change::became_unhealthy:
             st.backend->healthy = false;
+            self->send(st.router, health_atom::value, st.backend->name, false);
             log->warn("backend_unhealthy backend={} failed_probes={}", st.backend->name,
                       st.health.failures);
             break;
           case health_streak::change::became_healthy:
             st.backend->healthy = true;
+            self->send(st.router, health_atom::value, st.backend->name, true);
             log->info("backend_healthy backend={}", st.backend->name);
             break;
           case health_streak::change::none:
@@ -138,8 +143,22 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
       },
       [=](probe_atom) {
-        send_probe(*self->state.backend, self->state.health.timeout_ms,
-                   caf::actor_cast<caf::actor>(self));
+        // Only the backend's owner probes; the others get its verdict replicated.
+        auto& st = self->state;
+        self->request(st.router, std::chrono::seconds(1), owner_atom::value, "h/" + st.backend->name)
+            .then(
+                [=](bool mine) {
+                  if (mine)
+                    send_probe(*self->state.backend, self->state.health.timeout_ms,
+                               caf::actor_cast<caf::actor>(self));
+                  else
+                    self->delayed_send(self, std::chrono::milliseconds(self->state.health.interval_ms),
+                                       probe_atom::value);
+                },
+                [=](const caf::error&) {
+                  send_probe(*self->state.backend, self->state.health.timeout_ms,
+                             caf::actor_cast<caf::actor>(self));
+                });
       },
   };
 }
@@ -147,8 +166,8 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
 }  // namespace
 
 caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                         const config::health& health) {
-  return sys.spawn(backend_actor, std::move(backend), health);
+                         const config::health& health, caf::actor router) {
+  return sys.spawn(backend_actor, std::move(backend), health, std::move(router));
 }
 
 }  // namespace scg::actors

@@ -24,6 +24,7 @@ using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_c
 // router ← load poller
 using owner_atom = caf::atom_constant<caf::atom("owner")>;  // (key) -> bool: this replica owns it
 using load_atom = caf::atom_constant<caf::atom("load")>;    // (backend name, utilization): share it
+using health_atom = caf::atom_constant<caf::atom("health")>;  // (backend name, bool healthy): share it
 using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id): started
 using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
@@ -61,10 +62,11 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
                          std::shared_ptr<session_table> table, std::int64_t ttl_ms,
                          caf::actor router);
 
-/// One backend: watches its channel's connectivity (reachable) and probes it
-/// with a cheap RPC every health.interval_ms (healthy).
+/// One backend: watches its channel's connectivity (reachable) and, on the
+/// replica that owns the backend (asked of `router`), probes it with a cheap
+/// RPC every health.interval_ms and shares the verdict (healthy).
 caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                         const config::health& health);
+                         const config::health& health, caf::actor router);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
 /// (smoothing `alpha`) in backend->utilization — on the one replica that owns

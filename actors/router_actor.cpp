@@ -224,6 +224,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         all.push_back(st.settings.node_name);
         return cluster::owner_of(key, all) == st.settings.node_name;
       },
+      [=](health_atom, const std::string& name, bool healthy) {
+        replicate(self, cluster::put_atom::value, "h/" + name,
+                  std::string(healthy ? "healthy" : "unhealthy"), std::string());
+      },
       [=](load_atom, const std::string& name, double utilization) {
         replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string());
       },
@@ -312,7 +316,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg,
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   impl_->actor = spawn_router(sys, s, table, backends);
   for (const auto& b : backends) {
-    impl_->backend_actors.push_back(spawn_backend(sys, b, cfg.health));
+    impl_->backend_actors.push_back(spawn_backend(sys, b, cfg.health, impl_->actor));
     if (!b->ui_url.empty())
       impl_->backend_actors.push_back(spawn_load_poller(sys, b, cfg.placement.ewma_alpha,
                                                         std::chrono::milliseconds(cfg.placement.poll_interval_ms),

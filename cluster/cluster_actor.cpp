@@ -139,6 +139,10 @@ void apply(cluster_state& st, const entry& e) {
     if (auto b = backend_index_of(st, id)) st.backends[*b]->draining = !e.deleted;
     return;
   }
+  if (e.key.rfind("h/", 0) == 0) {  // a backend's health, from the replica that probes it
+    if (auto b = backend_index_of(st, id); b && !e.deleted) st.backends[*b]->healthy = e.backend == "healthy";
+    return;
+  }
   if (e.key.rfind("l/", 0) == 0) {  // a backend's utilization, from the replica that polls it
     auto b = backend_index_of(st, id);
     char* end = nullptr;

@@ -26,7 +26,9 @@ struct cluster_env {
   std::vector<fake_spark> fakes;
   std::vector<std::unique_ptr<gateway>> replicas;
 
-  explicit cluster_env(int n_replicas) {
+  std::string extra_yaml;
+
+  explicit cluster_env(int n_replicas, std::string extra = "") : extra_yaml(std::move(extra)) {
     for (const char* name : {"fake-a", "fake-b", "fake-c"}) fakes.push_back(start_fake(dir, name));
     for (int i = 0; i < n_replicas; ++i) add_replica(i == 0 ? std::vector<int>{} : std::vector<int>{replicas[0]->cluster_port});
     REQUIRE(wait_for_mesh(10s));
@@ -35,7 +37,7 @@ struct cluster_env {
   gateway& add_replica(const std::vector<int>& seeds) {
     std::string name = "scg-" + std::to_string(replicas.size());
     replicas.push_back(std::make_unique<gateway>(start_gateway(
-        dir, gateway_yaml({&fakes[0], &fakes[1], &fakes[2]}, cluster_block(name, seeds)), name)));
+        dir, gateway_yaml({&fakes[0], &fakes[1], &fakes[2]}, extra_yaml + cluster_block(name, seeds)), name)));
     return *replicas.back();
   }
 
@@ -378,4 +380,27 @@ TEST_CASE("one replica polls each backend's load and every replica places with i
   const bool only_one = (polls(0) > p0) != (polls(1) > p1);
   CHECK(only_one);
   for (int i = 0; i < 6; ++i) CHECK(config_backend(env.replicas[i % 2]->grpc_port, "busy-" + std::to_string(i)) != "fake-a");
+}
+
+TEST_CASE("one replica probes each backend and every replica keeps new sessions off an unhealthy one",
+          "[integration][cluster]") {
+  cluster_env env(2, "health: { interval_ms: 100, timeout_ms: 300, failures: 2, successes: 2 }\n");
+  auto healthy_on = [&](int r) {
+    auto j = nlohmann::json::parse(http_get(env.replicas[r]->admin_port, "/api/v1/backends").second);
+    for (const auto& be : j["backends"])
+      if (be["name"] == "fake-a") return be["healthy"].get<bool>();
+    return true;
+  };
+  auto wait_both = [&](bool want) {
+    auto t0 = std::chrono::steady_clock::now();
+    while ((healthy_on(0) != want || healthy_on(1) != want) && std::chrono::steady_clock::now() - t0 < 5s)
+      std::this_thread::sleep_for(50ms);
+    return healthy_on(0) == want && healthy_on(1) == want;
+  };
+  env.fakes[0].proc.signal(SIGSTOP);
+  CHECK(wait_both(false));
+  for (int i = 0; i < 6; ++i)
+    CHECK(config_backend(env.replicas[i % 2]->grpc_port, "sick-" + std::to_string(i)) != "fake-a");
+  env.fakes[0].proc.signal(SIGCONT);
+  CHECK(wait_both(true));
 }
