@@ -122,12 +122,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     {
       std::lock_guard lock{mu_};
       client_writing_ = false;
-      if (!ok) {
+      if (finish_pending_) {  // the backend is done: finish, whatever became of this write
+        finish_now = std::exchange(finish_pending_, std::nullopt);
+      } else if (!ok) {
         parked_ = false;
         client_gone_ = true;
         end_flow = end_response_flow_locked();
-      } else if (finish_pending_) {
-        finish_now = std::exchange(finish_pending_, std::nullopt);
       } else if (parked_) {
         parked_ = false;
         write = take_read_slot_locked();
