@@ -404,3 +404,35 @@ TEST_CASE("one replica probes each backend and every replica keeps new sessions 
   env.fakes[0].proc.signal(SIGCONT);
   CHECK(wait_both(true));
 }
+
+TEST_CASE("a seed name that resolves to several addresses makes each of them a peer",
+          "[integration][cluster]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-dns");
+  auto yaml = [&](const std::string& node, const std::string& bind, const std::string& seeds) {
+    return gateway_yaml({&a}, "cluster:\n  node_name: " + node + "\n  bind_addr: \"" + bind +
+                                  "\"\n  seeds: [" + seeds + "]\n  sync_wait_secs: 3\n");
+  };
+  // Two replicas that do not know each other, on one port of two loopback addresses.
+  auto r1 = start_gateway(dir, yaml("dns-1", "127.0.0.2:0", ""), "dns-1");
+  const std::string port = std::to_string(r1.cluster_port);
+  auto r2 = start_gateway(dir, yaml("dns-2", "127.0.0.3:" + port, ""), "dns-2");
+  // A third whose only seed is a name for both (a headless Service, as far as
+  // it can tell): its own /etc/hosts, in a private mount namespace.
+  auto hosts = dir.write("hosts", "127.0.0.1 localhost\n127.0.0.2 scg-peers.test\n127.0.0.3 scg-peers.test\n");
+  std::vector<std::string> in_ns{"/usr/bin/unshare", "-m", "sh", "-c",
+                                 "mount --bind " + hosts + " /etc/hosts && exec \"$0\" \"$@\""};
+  auto r3 = start_gateway(dir, yaml("dns-3", "127.0.0.1:0", "\"scg-peers.test:" + port + "\""), "dns-3", in_ns);
+  auto up = [](const gateway& g) {
+    auto view = nlohmann::json::parse(http_get(g.admin_port, "/api/v1/cluster").second);
+    int n = 0;
+    for (const auto& m : view["members"]) n += m["status"] == "up";
+    return n;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while ((up(r3) < 2 || up(r1) < 2 || up(r2) < 2) && std::chrono::steady_clock::now() - t0 < 10s)
+    std::this_thread::sleep_for(100ms);
+  CHECK(up(r3) == 2);  // both addresses dialed
+  CHECK(up(r1) == 2);  // and the first two met through the newcomer's gossip
+  CHECK(up(r2) == 2);
+}
