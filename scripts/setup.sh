@@ -10,7 +10,6 @@ packages=(
   catch2 libasio-dev libssl-dev libjemalloc-dev
   curl procps iproute2 python3 openssl
 )
-[ "${SCG_BENCH:-0}" = 1 ] && packages+=(nghttp2-client nginx-light haproxy)
 
 missing=()
 for p in "${packages[@]}"; do
