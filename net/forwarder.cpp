@@ -5,7 +5,9 @@
 //      (net/wire.hpp) — plans are never parsed;
 //   3. the backend is found: operation index first for Reattach/Release/
 //      Interrupt, then the session table; a brand-new session asks the
-//      router actor, which answers through a callback (no thread blocks);
+//      router actor (which, in a cluster, asks the key's owner replica) and
+//      is answered through a callback (no thread blocks); a session whose
+//      backend is lost is rebound or refused (on_backend_lost);
 //   4. a generic call to that backend starts with the client's metadata,
 //      deadline and an x-request-id;
 //   5. messages are pumped both ways, one read and one write in flight per
