@@ -40,14 +40,16 @@ for name in spark-a spark-b; do
 done
 a=$(port_of "$work/spark-a.ports" grpc)
 b=$(port_of "$work/spark-b.ports" grpc)
+a_ui=$(port_of "$work/spark-a.ports" ui)
+b_ui=$(port_of "$work/spark-b.ports" ui)
 
 cat > "$work/scg.yaml" <<YAML
 bind_addr: "127.0.0.1:$port"
 admin_addr: "127.0.0.1:$admin"
 backends:
-  - { name: spark-a, address: "127.0.0.1:$a" }
-  - { name: spark-b, address: "127.0.0.1:$b" }
-placement: { strategy: least_loaded }
+  - { name: spark-a, address: "127.0.0.1:$a", ui_url: "http://127.0.0.1:$a_ui" }
+  - { name: spark-b, address: "127.0.0.1:$b", ui_url: "http://127.0.0.1:$b_ui" }
+placement: { strategy: least_loaded, poll_interval_ms: 500 }
 logging: { level: info }
 YAML
 build/scg --config "$work/scg.yaml" --port-file "$work/scg.ports" 2> "$work/scg.log" &
@@ -62,6 +64,7 @@ echo "Each column names the backend that answered; a session never changes backe
 echo
 build/scg-demo-client "127.0.0.1:$port" 4
 echo
+sleep 1  # a poll or two of the fake Spark UIs
 echo "Backends as scg sees them (GET http://127.0.0.1:$admin/api/v1/backends):"
 curl -s "http://127.0.0.1:$admin/api/v1/backends" | python3 -m json.tool
 echo
@@ -69,6 +72,9 @@ echo "Connect your own Spark Connect client to sc://127.0.0.1:$port"
 echo "  (PySpark: SparkSession.builder.remote(\"sc://127.0.0.1:$port\").getOrCreate())."
 echo "The demo backends only emulate the protocol; for real queries list your Spark"
 echo "Connect servers under 'backends:' in your config (docs/configuration.md) and run build/scg --config FILE."
+echo "Try load-aware placement: make spark-a busy with"
+echo "  curl -X POST -d '{\"slots\":8,\"active\":8,\"pending\":4}' http://127.0.0.1:$a_ui/fake/load"
+echo "and new sessions go to spark-b (watch \"utilization\" and \"score\" in /api/v1/backends)."
 if [ -t 0 ]; then
   echo "Gateway log: $work/scg.log. Press Ctrl-C to stop."
   wait "${pids[-1]}"
