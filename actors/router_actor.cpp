@@ -249,6 +249,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         to_session(self, key, op_done_atom::value, std::move(op_id));
       },
       [=](release_atom, const std::string& key) {
+        // Forgotten here at once, whether or not this replica runs the
+        // session's actor (a binding learned from a peer has none here).
+        core::bump(core::global_metrics().router_sessions_released_total);
+        self->state.table->erase_session(key);
         replicate(self, cluster::erase_atom::value, "s/" + key);
         to_session(self, key, release_atom::value);
       },

@@ -53,10 +53,7 @@ caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::strin
         ops.insert(std::move(op_id));
       },
       [=](op_done_atom, const std::string& op_id) { self->state.ops.erase(op_id); },
-      [=](release_atom) {
-        core::bump(core::global_metrics().router_sessions_released_total);
-        forget(self);
-      },
+      [=](release_atom) { forget(self); },
       [=](expire_atom) {
         // The router's sweep saw this session idle; check again, it may have
         // been used since.

@@ -254,8 +254,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     auto start = fx_.cursor.fetch_add(1, std::memory_order_relaxed);
     for (std::size_t k = 0; k < n; ++k) {
       auto i = (start + k) % n;
-      if (fx_.backends[i]->reachable.load(std::memory_order_relaxed))
-        return static_cast<backend_index>(i);
+      if (actors::eligible(*fx_.backends[i])) return static_cast<backend_index>(i);
     }
     return static_cast<backend_index>(start % n);
   }

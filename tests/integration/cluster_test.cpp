@@ -436,3 +436,29 @@ TEST_CASE("a seed name that resolves to several addresses makes each of them a p
   CHECK(up(r1) == 2);  // and the first two met through the newcomer's gossip
   CHECK(up(r2) == 2);
 }
+
+TEST_CASE("a session released through any replica is forgotten on every replica",
+          "[integration][cluster]") {
+  cluster_env env(2);
+  for (int i = 0; i < 4; ++i) config_backend(env.replicas[0]->grpc_port, "rel-" + std::to_string(i));
+  // Replica 1 knows these bindings only from replication; release one there.
+  auto stub = stub_to(env.replicas[1]->grpc_port);
+  grpc::ClientContext ctx;
+  sc::ReleaseSessionRequest req;
+  req.set_session_id("rel-0");
+  *req.mutable_user_context() = user("ursula");
+  sc::ReleaseSessionResponse resp;
+  auto t0 = std::chrono::steady_clock::now();
+  while (metric_value(env.replicas[1]->admin_port, "scg_sessions_active") < 4 &&
+         std::chrono::steady_clock::now() - t0 < 3s)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(stub->ReleaseSession(&ctx, req, &resp).ok());
+  auto settled = [&] {
+    return metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3 &&
+           metric_value(env.replicas[1]->admin_port, "scg_sessions_active") == 3;
+  };
+  t0 = std::chrono::steady_clock::now();
+  while (!settled() && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(50ms);
+  CHECK(metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3);
+  CHECK(metric_value(env.replicas[1]->admin_port, "scg_sessions_active") == 3);
+}
