@@ -207,7 +207,12 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         auto old = st.table->find_session(key, now_ms());
         // Another call may have rebound it already: then the binding stands.
         if (old && eligible(*st.backends[*old])) return done({*old, {}});
-        if (old) st.table->erase_session(key);
+        if (old) {
+          // Deleted first, then bound anew: peers see a deliberate move, not
+          // two replicas disagreeing (which they would count as a conflict).
+          st.table->erase_session(key);
+          replicate(self, cluster::erase_atom::value, "s/" + key);
+        }
         auto r = decide_here(self, key);
         if (r.backend) {
           core::bump(core::global_metrics().router_rebinds_total);

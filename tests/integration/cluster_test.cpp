@@ -462,3 +462,22 @@ TEST_CASE("a session released through any replica is forgotten on every replica"
   CHECK(metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3);
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_sessions_active") == 3);
 }
+
+TEST_CASE("a session rebound off a lost backend moves on every replica without a conflict",
+          "[integration][cluster]") {
+  cluster_env env(2, "on_backend_lost: { after_secs: 1, action: rebind }\n");
+  std::vector<std::string> on_a;
+  for (int i = 0; i < 12; ++i) {
+    const std::string s = "move-" + std::to_string(i);
+    if (config_backend(env.replicas[0]->grpc_port, s) == "fake-a") on_a.push_back(s);
+  }
+  REQUIRE(!on_a.empty());
+  env.fakes[0].proc.signal(SIGKILL);
+  std::this_thread::sleep_for(1700ms);
+  const auto moved_to = config_backend(env.replicas[0]->grpc_port, on_a[0]);
+  CHECK((moved_to == "fake-b" || moved_to == "fake-c"));
+  std::this_thread::sleep_for(500ms);
+  CHECK(config_backend(env.replicas[1]->grpc_port, on_a[0]) == moved_to);
+  CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_conflicts_total") == 0);
+  CHECK(metric_value(env.replicas[0]->admin_port, "scg_router_rebinds_total") == 1);
+}
