@@ -6,8 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "actors/session_table.hpp"
 
 namespace grpc {
 class Channel;
@@ -48,6 +51,19 @@ struct backend_state {
 };
 
 using backend_list = std::vector<std::shared_ptr<backend_state>>;
+
+/// The index of the backend named `name`, nullopt when none is.
+inline std::optional<backend_index> find_backend(const backend_list& backends, const std::string& name) {
+  for (std::size_t i = 0; i < backends.size(); ++i)
+    if (backends[i]->name == name) return static_cast<backend_index>(i);
+  return std::nullopt;
+}
+
+/// The backend's utilization EWMA, nullopt until its first good poll.
+inline std::optional<double> polled_utilization(const backend_state& b) {
+  auto u = b.utilization.load();
+  return u >= 0 ? std::optional<double>(u) : std::nullopt;
+}
 
 /// True when `b` has been down (unreachable or unhealthy) for `after_ms` by `now_ms`.
 inline bool lost(const backend_state& b, std::int64_t now_ms, std::int64_t after_ms) {

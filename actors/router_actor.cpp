@@ -40,9 +40,7 @@ std::vector<candidate> candidates(const router_state& st) {
   out.reserve(st.backends.size());
   for (std::size_t i = 0; i < st.backends.size(); ++i) {
     const auto& b = *st.backends[i];
-    auto util = b.utilization.load();
-    out.push_back({eligible(b), i < bound.size() ? bound[i] : 0,
-                   util >= 0 ? std::optional<double>(util) : std::nullopt});
+    out.push_back({eligible(b), i < bound.size() ? bound[i] : 0, polled_utilization(b)});
   }
   return out;
 }
@@ -83,12 +81,6 @@ void replicate(self_ptr self, Ts&&... xs) {
   if (self->state.cluster) self->send(self->state.cluster, std::forward<Ts>(xs)...);
 }
 
-std::optional<backend_index> index_of(const router_state& st, const std::string& name) {
-  for (std::size_t i = 0; i < st.backends.size(); ++i)
-    if (st.backends[i]->name == name) return static_cast<backend_index>(i);
-  return std::nullopt;
-}
-
 /// This replica decides: placement, binding, replication. Re-checks the
 /// table first: a decision made while we waited on an answer stands.
 route_result decide_here(self_ptr self, const std::string& key) {
@@ -108,7 +100,7 @@ route_result decide_here(self_ptr self, const std::string& key) {
 
 /// A peer named `name` as the session's backend: bind it here too.
 route_result adopt(self_ptr self, const std::string& key, const std::string& name) {
-  auto b = index_of(self->state, name);
+  auto b = find_backend(self->state.backends, name);
   if (!b) return decide_here(self, key);  // backend lists differ: the cluster actor logs it
   return {bind(self, key, *b), {}};
 }
@@ -273,7 +265,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       },
       [=](drain_atom) { self->state.accepting = false; },
       [=](drain_atom, const std::string& name, bool on) {
-        auto b = index_of(self->state, name);
+        auto b = find_backend(self->state.backends, name);
         if (!b) return;
         self->state.backends[*b]->draining = on;
         spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);

@@ -125,26 +125,20 @@ spdlog::logger& log() {
   return *l;
 }
 
-std::optional<actors::backend_index> backend_index_of(const cluster_state& st, const std::string& name) {
-  for (std::size_t i = 0; i < st.backends.size(); ++i)
-    if (st.backends[i]->name == name) return static_cast<actors::backend_index>(i);
-  return std::nullopt;
-}
-
 /// Mirrors an entry now in force into the data path's index.
 void apply(cluster_state& st, const entry& e) {
   const bool session = e.key.rfind("s/", 0) == 0;
   const std::string id = e.key.substr(2);
   if (e.key.rfind("d/", 0) == 0) {  // a backend drained (live) or undrained (deleted)
-    if (auto b = backend_index_of(st, id)) st.backends[*b]->draining = !e.deleted;
+    if (auto b = actors::find_backend(st.backends, id)) st.backends[*b]->draining = !e.deleted;
     return;
   }
   if (e.key.rfind("h/", 0) == 0) {  // a backend's health, from the replica that probes it
-    if (auto b = backend_index_of(st, id); b && !e.deleted) st.backends[*b]->healthy = e.backend == "healthy";
+    if (auto b = actors::find_backend(st.backends, id); b && !e.deleted) st.backends[*b]->healthy = e.backend == "healthy";
     return;
   }
   if (e.key.rfind("l/", 0) == 0) {  // a backend's utilization, from the replica that polls it
-    auto b = backend_index_of(st, id);
+    auto b = actors::find_backend(st.backends, id);
     char* end = nullptr;
     double u = std::strtod(e.backend.c_str(), &end);
     if (b && !e.deleted && end != e.backend.c_str()) st.backends[*b]->utilization = u;
@@ -158,7 +152,7 @@ void apply(cluster_state& st, const entry& e) {
     }
     return;
   }
-  auto b = backend_index_of(st, e.backend);
+  auto b = actors::find_backend(st.backends, e.backend);
   if (!b) {
     log().warn("unknown_backend key_kind={} backend={} reason=\"backend lists differ between replicas\"",
                session ? "session" : "operation", e.backend);

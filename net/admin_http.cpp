@@ -36,15 +36,14 @@ std::string label(const std::string& v) {
 }
 
 nlohmann::json utilization_of(const actors::backend_state& b) {
-  auto u = b.utilization.load();
-  return u >= 0 ? nlohmann::json(u) : nlohmann::json(nullptr);
+  auto u = actors::polled_utilization(b);
+  return u ? nlohmann::json(*u) : nlohmann::json(nullptr);
 }
 
 /// The placement score of backend `i` now (sessions on this replica's view).
 double score_of(const admin_view& view, std::size_t i, const std::vector<std::size_t>& bound) {
-  auto u = view.backends[i]->utilization.load();
   actors::candidate c{true, i < bound.size() ? bound[i] : 0,
-                      u >= 0 ? std::optional<double>(u) : std::nullopt};
+                      actors::polled_utilization(*view.backends[i])};
   return actors::score(view.policy, c);
 }
 
@@ -159,9 +158,7 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
            [&view](const httplib::Request& req, httplib::Response& res) {
              const std::string name = req.matches[1];
              const bool on = req.matches[2] == "drain";
-             bool known = false;
-             for (const auto& b : view.backends) known = known || b->name == name;
-             if (!known) {
+             if (!actors::find_backend(view.backends, name)) {
                res.status = 404;
                res.set_content(nlohmann::json{{"error", "no backend named " + name}}.dump(),
                                "application/json");
