@@ -289,9 +289,7 @@ TEST_CASE("with mutual TLS replicas share sessions and a peer signed by another 
   auto r0 = start_gateway(dir, yaml("tls-0", {}, "cluster-ca"), "tls-0");
   auto r1 = start_gateway(dir, yaml("tls-1", {r0.cluster_port}, "cluster-ca"), "tls-1");
   auto members = [](const gateway& g) { return http_get(g.admin_port, "/api/v1/cluster").second; };
-  auto t0 = std::chrono::steady_clock::now();
-  while (members(r0).find("\"up\"") == std::string::npos && std::chrono::steady_clock::now() - t0 < 10s)
-    std::this_thread::sleep_for(100ms);
+  eventually([&] { return members(r0).find("\"up\"") != std::string::npos; }, 10s);
   REQUIRE(members(r0).find("\"up\"") != std::string::npos);
   int changes = 0;
   for (int i = 0; i < 20; ++i) {
@@ -315,12 +313,10 @@ TEST_CASE("bindings used on any replica live on, and ones unused everywhere expi
   auto r0 = start_gateway(dir, gateway_yaml({&a}, ttl + cluster_block("gc-0", {})), "gc-0");
   auto r1 = start_gateway(dir, gateway_yaml({&a}, ttl + cluster_block("gc-1", {r0.cluster_port})), "gc-1");
   auto active = [](const gateway& g) { return metric_value(g.admin_port, "scg_sessions_active"); };
-  auto t0 = std::chrono::steady_clock::now();
-  while (http_get(r1.admin_port, "/readyz").first != 200 && std::chrono::steady_clock::now() - t0 < 10s)
-    std::this_thread::sleep_for(100ms);
+  eventually([&] { return http_get(r1.admin_port, "/readyz").first == 200; }, 10s);
   for (int i = 0; i < 10; ++i) config_backend(r0.grpc_port, "gc-" + std::to_string(i));
   // gc-0 is used through replica 1 only, for three ttls; the rest never again.
-  t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   int failures = 0;
   while (std::chrono::steady_clock::now() - t0 < 12s) {
     failures += config_backend(r1.grpc_port, "gc-0").empty();
@@ -343,15 +339,12 @@ TEST_CASE("draining a backend on one replica applies on every replica", "[integr
       if (be["name"] == "fake-a") return be["draining"].get<bool>();
     return false;
   };
-  auto t0 = std::chrono::steady_clock::now();
-  while (!draining_on(1) && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(50ms);
+  eventually([&] { return draining_on(1); }, 3s);
   CHECK(draining_on(1));
   for (int i = 0; i < 10; ++i) CHECK(config_backend(env.replicas[1]->grpc_port, "cd-" + std::to_string(i)) != "fake-a");
   // A replica that joins later learns the drain in its first sync.
   auto& late = env.add_replica({env.replicas[1]->cluster_port});
-  t0 = std::chrono::steady_clock::now();
-  while (http_get(late.admin_port, "/readyz").first != 200 && std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(50ms);
+  eventually([&] { return http_get(late.admin_port, "/readyz").first == 200; }, 5s);
   CHECK(draining_on(2));
 }
 
@@ -370,9 +363,7 @@ TEST_CASE("one replica polls each backend's load and every replica places with i
   auto body = nlohmann::json{{"slots", 4}, {"active", 4}, {"pending", 4}}.dump();
   REQUIRE(http_post(env.fakes[0].ui_port, "/fake/load", body).first == 200);
   // Default poll interval 2 s, EWMA 0.3: the figure climbs on both replicas.
-  auto t0 = std::chrono::steady_clock::now();
-  while ((utilization_on(0) < 0.5 || utilization_on(1) < 0.5) && std::chrono::steady_clock::now() - t0 < 15s)
-    std::this_thread::sleep_for(200ms);
+  eventually([&] { return utilization_on(0) >= 0.5 && utilization_on(1) >= 0.5; }, 15s);
   CHECK(utilization_on(0) >= 0.5);
   CHECK(utilization_on(1) >= 0.5);
   auto p0 = polls(0), p1 = polls(1);
@@ -392,10 +383,7 @@ TEST_CASE("one replica probes each backend and every replica keeps new sessions 
     return true;
   };
   auto wait_both = [&](bool want) {
-    auto t0 = std::chrono::steady_clock::now();
-    while ((healthy_on(0) != want || healthy_on(1) != want) && std::chrono::steady_clock::now() - t0 < 5s)
-      std::this_thread::sleep_for(50ms);
-    return healthy_on(0) == want && healthy_on(1) == want;
+    return eventually([&] { return healthy_on(0) == want && healthy_on(1) == want; }, 5s);
   };
   env.fakes[0].proc.signal(SIGSTOP);
   CHECK(wait_both(false));
@@ -429,9 +417,7 @@ TEST_CASE("a seed name that resolves to several addresses makes each of them a p
     for (const auto& m : view["members"]) n += m["status"] == "up";
     return n;
   };
-  auto t0 = std::chrono::steady_clock::now();
-  while ((up(r3) < 2 || up(r1) < 2 || up(r2) < 2) && std::chrono::steady_clock::now() - t0 < 10s)
-    std::this_thread::sleep_for(100ms);
+  eventually([&] { return up(r3) >= 2 && up(r1) >= 2 && up(r2) >= 2; }, 10s);
   CHECK(up(r3) == 2);  // both addresses dialed
   CHECK(up(r1) == 2);  // and the first two met through the newcomer's gossip
   CHECK(up(r2) == 2);
@@ -448,17 +434,13 @@ TEST_CASE("a session released through any replica is forgotten on every replica"
   req.set_session_id("rel-0");
   *req.mutable_user_context() = user("ursula");
   sc::ReleaseSessionResponse resp;
-  auto t0 = std::chrono::steady_clock::now();
-  while (metric_value(env.replicas[1]->admin_port, "scg_sessions_active") < 4 &&
-         std::chrono::steady_clock::now() - t0 < 3s)
-    std::this_thread::sleep_for(50ms);
+  eventually([&] { return metric_value(env.replicas[1]->admin_port, "scg_sessions_active") >= 4; }, 3s);
   REQUIRE(stub->ReleaseSession(&ctx, req, &resp).ok());
   auto settled = [&] {
     return metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3 &&
            metric_value(env.replicas[1]->admin_port, "scg_sessions_active") == 3;
   };
-  t0 = std::chrono::steady_clock::now();
-  while (!settled() && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(50ms);
+  eventually(settled, 3s);
   CHECK(metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3);
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_sessions_active") == 3);
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "spark_connect.grpc.pb.h"
@@ -142,6 +143,17 @@ long metric_value(int admin_port, const std::string& series, const std::string& 
 /// backend that answered (x-fake-backend), empty when the call failed.
 std::string backend_for_session(int port, const std::string& session, const std::string& user,
                                 grpc::Status* status = nullptr, const std::string& host = "127.0.0.1");
+
+/// Polls `ok` every 50 ms until it holds or `timeout` passes; its last answer.
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
 
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);

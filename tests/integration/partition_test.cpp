@@ -96,16 +96,6 @@ int up_members(const std::string& host, int admin_port) {
   return up;
 }
 
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds timeout) {
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (!ok()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(100ms);
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("a partitioned replica serves its side, and the cluster agrees again after the link returns",
