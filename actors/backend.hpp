@@ -3,9 +3,11 @@
 // actor owns its lifecycle and writes the atomics; gRPC threads read them and
 // use the channel without an actor round trip.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +41,10 @@ struct backend_state {
   std::atomic<double> utilization{-1.0};
   std::atomic<std::uint64_t> polls_total{0};        ///< Spark UI polls made by this replica
   std::atomic<std::uint64_t> poll_errors_total{0};  ///< failed Spark UI polls
-  std::atomic<bool> draining{false};   ///< no new sessions (set by the placement issue's API)
+  std::atomic<bool> draining{false};   ///< no new sessions (POST /api/v1/backends/{name}/drain)
+  /// No longer in the configured set (reload, DNS): no new sessions; its
+  /// sessions carry on while it serves, and move when it is lost.
+  std::atomic<bool> removed{false};
   std::atomic<std::int64_t> in_flight{0};        ///< calls being forwarded to it now
   std::atomic<std::uint64_t> calls_total{0};     ///< calls started to it
   std::atomic<std::uint64_t> unavailable_total{0};  ///< calls that failed to reach it
@@ -50,11 +55,50 @@ struct backend_state {
   backend_state& operator=(const backend_state&) = delete;
 };
 
-using backend_list = std::vector<std::shared_ptr<backend_state>>;
+/// Every backend this replica has known since it started, shared by the
+/// router, the forwarder, the admin API and the cluster actor (copies of a
+/// backend_list are handles to one registry). Entries are appended and never
+/// moved or dropped, so a binding's index stays valid and readers take no
+/// lock; a backend taken out of the configured set is marked `removed`.
+class backend_list {
+ public:
+  /// At most this many entries over the process's life; a reload that would
+  /// pass it is refused (backend_set logs it).
+  static constexpr std::size_t capacity = 4096;
 
-/// The index of the backend named `name`, nullopt when none is.
+  backend_list() : s_(std::make_shared<storage>()) {}
+
+  std::size_t size() const { return s_->size.load(std::memory_order_acquire); }
+  bool empty() const { return size() == 0; }
+  bool full() const { return size() >= capacity; }
+  const std::shared_ptr<backend_state>& operator[](std::size_t i) const { return s_->slots[i]; }
+  const std::shared_ptr<backend_state>* begin() const { return s_->slots.data(); }
+  const std::shared_ptr<backend_state>* end() const { return s_->slots.data() + size(); }
+
+  /// Appends `b` (the slot is written before the size that publishes it);
+  /// its index, or nullopt when the registry is full.
+  std::optional<backend_index> push_back(std::shared_ptr<backend_state> b) {
+    std::lock_guard<std::mutex> lock(s_->write);
+    const auto n = s_->size.load(std::memory_order_relaxed);
+    if (n >= capacity) return std::nullopt;
+    s_->slots[n] = std::move(b);
+    s_->size.store(n + 1, std::memory_order_release);
+    return static_cast<backend_index>(n);
+  }
+
+ private:
+  struct storage {
+    std::array<std::shared_ptr<backend_state>, capacity> slots;
+    std::atomic<std::size_t> size{0};
+    std::mutex write;
+  };
+  std::shared_ptr<storage> s_;
+};
+
+/// The index of the backend named `name`, nullopt when none is. When a name
+/// came back with a new address it has two entries: the newest is meant.
 inline std::optional<backend_index> find_backend(const backend_list& backends, const std::string& name) {
-  for (std::size_t i = 0; i < backends.size(); ++i)
+  for (std::size_t i = backends.size(); i-- > 0;)
     if (backends[i]->name == name) return static_cast<backend_index>(i);
   return std::nullopt;
 }
@@ -73,7 +117,7 @@ inline bool lost(const backend_state& b, std::int64_t now_ms, std::int64_t after
 
 /// True when placement may give `b` new sessions.
 inline bool eligible(const backend_state& b) {
-  return b.reachable.load() && b.healthy.load() && !b.draining.load();
+  return b.reachable.load() && b.healthy.load() && !b.draining.load() && !b.removed.load();
 }
 
 /// Creates a backend with its channel: one HTTP/2 connection, message limits

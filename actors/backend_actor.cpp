@@ -44,6 +44,8 @@ std::shared_ptr<backend_state> make_backend(const std::string& name, const std::
 
 struct backend_actor_state {
   std::shared_ptr<backend_state> backend;
+  backend_index index = 0;
+  std::shared_ptr<session_table> table;
   caf::actor router;
   config::health health;
   std::unique_ptr<health_streak> streak;
@@ -53,6 +55,12 @@ struct backend_actor_state {
 namespace {
 
 constexpr auto watch_interval = std::chrono::milliseconds(250);
+constexpr auto rest_interval = std::chrono::seconds(1);
+
+/// Out of the configured set with nothing bound here: no reason to connect.
+bool resting(const backend_actor_state& st) {
+  return st.backend->removed.load() && st.table->sessions_on(st.index) == 0;
+}
 
 /// The probe: Config for a fixed session of a fixed user, as raw protobuf
 /// (session_id = 1, user_context = 2 { user_id = 1 }). Any answer from the
@@ -95,9 +103,11 @@ void send_probe(backend_state& b, int timeout_ms, caf::actor actor) {
 }
 
 caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
-                            std::shared_ptr<backend_state> backend, config::health health,
-                            caf::actor router) {
+                            std::shared_ptr<backend_state> backend, backend_index index,
+                            std::shared_ptr<session_table> table, config::health health, caf::actor router) {
   self->state.backend = std::move(backend);
+  self->state.index = index;
+  self->state.table = std::move(table);
   self->state.router = std::move(router);
   self->state.health = health;
   self->state.streak = std::make_unique<health_streak>(health.failures, health.successes);
@@ -106,6 +116,7 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
   auto log = spdlog::get("backend");
   return {
       [=](tick_atom) {
+        if (resting(self->state)) return self->delayed_send(self, rest_interval, tick_atom::value);
         auto& b = *self->state.backend;
         // GetState(true) also starts a connection attempt, keeping one warm.
         auto state = b.channel->GetState(true);
@@ -145,6 +156,8 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
       [=](probe_atom) {
         // Only the backend's owner probes; the others get its verdict replicated.
         auto& st = self->state;
+        if (resting(st))
+          return self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
         self->request(st.router, std::chrono::seconds(1), owner_atom::value, "h/" + st.backend->name)
             .then(
                 [=](bool mine) {
@@ -165,9 +178,9 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
 
 }  // namespace
 
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                         const config::health& health, caf::actor router) {
-  return sys.spawn(backend_actor, std::move(backend), health, std::move(router));
+caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
+                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router) {
+  return sys.spawn(backend_actor, std::move(backend), index, std::move(table), health, std::move(router));
 }
 
 }  // namespace scg::actors

@@ -98,11 +98,12 @@ caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
         self->request(self->state.router, owner_timeout, owner_atom::value, "l/" + self->state.backend->name)
             .then(
                 [=](bool mine) {
-                  if (mine) poll(self);
+                  if (mine && !self->state.backend->removed.load()) poll(self);
                   self->delayed_send(self, self->state.interval, tick_atom::value);
                 },
                 [=](const caf::error&) {
-                  poll(self);  // no answer: better a duplicate poll than none
+                  // No answer: better a duplicate poll than none.
+                  if (!self->state.backend->removed.load()) poll(self);
                   self->delayed_send(self, self->state.interval, tick_atom::value);
                 });
       },

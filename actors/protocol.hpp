@@ -29,6 +29,7 @@ using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id):
 using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
 using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
 using drain_atom = caf::atom_constant<caf::atom("drain")>;      // (): no new sessions
+using backend_atom = caf::atom_constant<caf::atom("backend")>;  // (name): joined the running set
                                                                 // (name, bool): drain a backend
 
 // router ← cluster actor
@@ -65,8 +66,10 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
 /// One backend: watches its channel's connectivity (reachable) and, on the
 /// replica that owns the backend (asked of `router`), probes it with a cheap
 /// RPC every health.interval_ms and shares the verdict (healthy).
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                         const config::health& health, caf::actor router);
+/// A backend that left the configured set and has no sessions on this
+/// replica (`table`, at `index`) rests: no connection attempts, no probes.
+caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
+                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
 /// (smoothing `alpha`) in backend->utilization — on the one replica that owns

@@ -64,6 +64,11 @@ class router {
   /// backend takes no new sessions; its sessions and operations continue.
   void set_draining(std::string name, bool on) const;
 
+  /// Starts the actors of backend `index`, just added to the shared
+  /// backend_list (reload or DNS), and has the cluster apply what peers
+  /// already said of it (drain, health, load, bindings).
+  void add_backend(backend_index index) const;
+
   /// The router actor (the cluster actor tells it the members).
   const caf::actor& actor() const;
 

@@ -35,7 +35,7 @@ constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also paces sessi
 
 /// Placement's view of the backends right now.
 std::vector<candidate> candidates(const router_state& st) {
-  auto bound = st.table->sessions_per_backend();
+  auto bound = st.table->sessions_per_backend(st.backends.size());
   std::vector<candidate> out;
   out.reserve(st.backends.size());
   for (std::size_t i = 0; i < st.backends.size(); ++i) {
@@ -264,6 +264,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           self->state.sessions.erase(it);
       },
       [=](drain_atom) { self->state.accepting = false; },
+      [=](backend_atom, const std::string& name) {
+        // A backend joined the running set: the cluster re-applies its entries.
+        if (self->state.cluster) self->send(self->state.cluster, backend_atom::value, name);
+      },
       [=](drain_atom, const std::string& name, bool on) {
         auto b = find_backend(self->state.backends, name);
         if (!b) return;
@@ -303,26 +307,38 @@ caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
 // --- router: the data path's door -------------------------------------------
 
 struct router::impl {
+  caf::actor_system& sys;
+  config::health health;
+  config::placement placement;
+  std::shared_ptr<session_table> table;
+  backend_list backends;
   caf::actor actor;
-  std::vector<caf::actor> backend_actors;
+  std::vector<caf::actor> backend_actors;  // grows with reloads; the entries stay (see backend_list)
+
+  void start_backend(backend_index i) {
+    const auto& b = backends[i];
+    backend_actors.push_back(spawn_backend(sys, b, i, table, health, actor));
+    if (!b->ui_url.empty())
+      backend_actors.push_back(spawn_load_poller(sys, b, placement.ewma_alpha,
+                                                 std::chrono::milliseconds(placement.poll_interval_ms), actor));
+  }
 };
 
 router::router(caf::actor_system& sys, const config::gateway& cfg,
                std::shared_ptr<session_table> table, backend_list backends)
-    : impl_(std::make_unique<impl>()) {
+    : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {}})) {
   router_settings s{};
   s.session_ttl_ms = std::int64_t{cfg.affinity.session_ttl_secs} * 1000;
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;
   s.policy = make_policy(cfg.placement);
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   impl_->actor = spawn_router(sys, s, table, backends);
-  for (const auto& b : backends) {
-    impl_->backend_actors.push_back(spawn_backend(sys, b, cfg.health, impl_->actor));
-    if (!b->ui_url.empty())
-      impl_->backend_actors.push_back(spawn_load_poller(sys, b, cfg.placement.ewma_alpha,
-                                                        std::chrono::milliseconds(cfg.placement.poll_interval_ms),
-                                                        impl_->actor));
-  }
+  for (std::size_t i = 0; i < backends.size(); ++i) impl_->start_backend(static_cast<backend_index>(i));
+}
+
+void router::add_backend(backend_index index) const {
+  impl_->start_backend(index);
+  caf::anon_send(impl_->actor, backend_atom::value, impl_->backends[index]->name);
 }
 
 router::~router() {

@@ -1,5 +1,7 @@
 #include "actors/session_table.hpp"
 
+#include <algorithm>
+
 #include <chrono>
 #include <functional>
 
@@ -146,11 +148,16 @@ std::size_t session_table::expire_ops(clock_ms now, clock_ms ttl_ms) {
   return removed;
 }
 
-std::vector<std::size_t> session_table::sessions_per_backend() const {
+std::vector<std::size_t> session_table::sessions_per_backend(std::size_t count) const {
+  count = std::min(count, per_backend_.size());
   std::vector<std::size_t> out;
-  out.reserve(per_backend_.size());
-  for (const auto& n : per_backend_) out.push_back(n.load(std::memory_order_relaxed));
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(per_backend_[i].load(std::memory_order_relaxed));
   return out;
+}
+
+std::size_t session_table::sessions_on(backend_index backend) const {
+  return backend < per_backend_.size() ? per_backend_[backend].load(std::memory_order_relaxed) : 0;
 }
 
 }  // namespace scg::actors

@@ -81,8 +81,11 @@ class session_table {
 
   std::size_t session_count() const { return sessions_.load(std::memory_order_relaxed); }
   std::size_t op_count() const { return ops_.load(std::memory_order_relaxed); }
-  /// Sessions bound to each backend on this replica.
-  std::vector<std::size_t> sessions_per_backend() const;
+  /// Sessions bound to each of the first `count` backends on this replica.
+  std::vector<std::size_t> sessions_per_backend(std::size_t count) const;
+
+  /// Sessions bound to `backend` on this replica.
+  std::size_t sessions_on(backend_index backend) const;
 
  private:
   static constexpr std::size_t shard_count = 16;

@@ -6,11 +6,15 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 
+#include "actors/backend_set.hpp"
 #include "actors/router.hpp"
+#include "core/metrics.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
 #include "net/front_door.hpp"
@@ -40,22 +44,112 @@ void write_port_file(const std::string& path, int grpc_port, int admin_port, int
   std::rename(tmp.c_str(), path.c_str());
 }
 
-/// Waits for SIGTERM or SIGINT; SIGHUP is logged and ignored for now.
-int wait_for_stop_signal() {
+/// Keeps the running backend set (the shared registry) in step with the
+/// configured one: at start, on SIGHUP and when `resolve: all` names are
+/// re-resolved. Runs on the main thread only.
+class backend_keeper {
+ public:
+  backend_keeper(const config::gateway& cfg, actors::backend_list backends)
+      : limits_(cfg.limits), backends_(std::move(backends)), entries_(cfg.backends),
+        refresh_secs_(cfg.backend_refresh_secs) {}
+
+  /// Makes the running set match `entries` (the router starts the actors of
+  /// new backends; before the router exists, it starts them all itself).
+  void apply(std::vector<config::backend> entries, const actors::router* router) {
+    entries_ = std::move(entries);
+    auto wanted = actors::expand(entries_, actors::resolve_host);
+    for (const auto& name : wanted.unresolved) {
+      core::bump(core::global_metrics().backend_resolve_failures_total);
+      log_->warn("backend_unresolved entry={} reason=\"the name did not resolve; its backends stay as they were\"",
+                 name);
+    }
+    std::vector<actors::running_backend> running;
+    for (const auto& b : backends_) running.push_back({{b->name, b->address, b->ui_url}, b->removed.load()});
+    using kind = actors::backend_change::kind;
+    for (const auto& c : actors::plan_changes(running, wanted)) {
+      if (c.what == kind::add) {
+        auto index = backends_.push_back(
+            actors::make_backend(c.spec.name, c.spec.address, c.spec.ui_url, limits_.max_message_bytes,
+                                 limits_.connect_timeout_ms));
+        if (!index) {
+          log_->error("backend_not_added backend={} reason=\"{} backends known since start: restart to add more\"",
+                      c.spec.name, actors::backend_list::capacity);
+          continue;
+        }
+        core::bump(core::global_metrics().backends_added_total);
+        if (router) router->add_backend(*index);
+      } else {
+        backends_[c.index]->removed = c.what == kind::remove;
+        if (c.what == kind::remove) core::bump(core::global_metrics().backends_removed_total);
+      }
+      const char* verb = c.what == kind::add ? "added" : c.what == kind::remove ? "removed" : "restored";
+      log_->info("backend_{} backend={} address={}", verb, c.spec.name, c.spec.address);
+    }
+  }
+
+  /// SIGHUP: reads `path` again; a file that does not parse changes nothing.
+  void reload(const std::string& path, const actors::router& router) {
+    auto loaded = config::load(path);
+    if (auto* err = std::get_if<config::error>(&loaded)) {
+      core::bump(core::global_metrics().config_reload_failures_total);
+      log_->error("reload_rejected file={} reason=\"{}\" action=\"kept the running configuration\"", path,
+                  err->to_string());
+      return;
+    }
+    core::bump(core::global_metrics().config_reloads_total);
+    log_->info("reload file={} backends={} note=\"only the backends list is reloaded; other settings need a restart\"",
+               path, std::get<config::gateway>(loaded).backends.size());
+    apply(std::get<config::gateway>(loaded).backends, &router);
+  }
+
+  /// Re-resolves the `resolve: all` names.
+  void refresh(const actors::router& router) { apply(entries_, &router); }
+
+  /// How long to wait before refresh() is due; nullopt without `resolve: all` entries.
+  std::optional<int> refresh_secs() const {
+    for (const auto& e : entries_)
+      if (e.resolve_all) return refresh_secs_;
+    return std::nullopt;
+  }
+
+ private:
+  config::limits limits_;
+  actors::backend_list backends_;
+  std::vector<config::backend> entries_;
+  int refresh_secs_;
+  std::shared_ptr<spdlog::logger> log_ = spdlog::get("main");
+};
+
+/// Waits for SIGTERM or SIGINT and returns it; meanwhile reloads the backend
+/// set on SIGHUP and re-resolves `resolve: all` names when due.
+int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
+                         const actors::router& router) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   for (;;) {
     int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
+    if (auto every = keeper.refresh_secs()) {
+      timespec wait{*every, 0};
+      sig = sigtimedwait(&set, nullptr, &wait);
+      if (sig < 0) {
+        if (errno == EAGAIN) keeper.refresh(router);
+        continue;
+      }
+    } else if (sigwait(&set, &sig) != 0) {
+      continue;
+    }
     if (sig != SIGHUP) return sig;
-    spdlog::get("main")->warn("sighup_ignored reason=\"reloading the backend list is not supported yet\"");
+    if (config_path.empty())
+      spdlog::get("main")->warn("sighup_ignored reason=\"no configuration file to reload\"");
+    else
+      keeper.reload(config_path, router);
   }
 }
 
 }  // namespace
 
-int run_gateway(const config::gateway& cfg, const std::string& port_file) {
+int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
   auto log = spdlog::get("main");
   // Debian's abseil is built without NDEBUG: its mutex deadlock detection
   // costs a few percent of every call (PERFORMANCE-NOTES.md).
@@ -71,11 +165,9 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
   sys.await_actors_before_shutdown(false);
 
   actors::backend_list backends;
-  for (const auto& b : cfg.backends)
-    backends.push_back(actors::make_backend(b.name, b.address, b.ui_url,
-                                            cfg.limits.max_message_bytes,
-                                            cfg.limits.connect_timeout_ms));
-  auto table = std::make_shared<actors::session_table>(backends.size());
+  backend_keeper keeper{cfg, backends};
+  keeper.apply(cfg.backends, nullptr);  // the router starts the actors of these
+  auto table = std::make_shared<actors::session_table>(actors::backend_list::capacity);
   actors::router router{sys, cfg, table, backends};
 
   net::forward_context fx;
@@ -109,7 +201,7 @@ int run_gateway(const config::gateway& cfg, const std::string& port_file) {
               admin ? admin->port() : 0, backends.size());
     if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0, cluster_port);
 
-    int sig = wait_for_stop_signal();
+    int sig = wait_for_stop_signal(keeper, config_path, router);
     view.ready = false;
     router.stop_new_sessions();
     log->info("draining signal={} deadline_secs={}", sig, cfg.shutdown.deadline_secs);

@@ -12,8 +12,10 @@ namespace scg::app {
 void setup_logging(const std::string& level);
 
 /// Runs a replica. SIGTERM/SIGINT/SIGHUP must already be blocked in every
-/// thread (main does it first). When `port_file` is not empty, writes
-/// {"grpc": PORT, "admin": PORT} there once listening. Returns the exit code.
-int run_gateway(const config::gateway& cfg, const std::string& port_file);
+/// thread (main does it first). SIGHUP reloads the backends list from
+/// `config_path`. When `port_file` is not empty, writes
+/// {"grpc": PORT, "admin": PORT, "cluster": PORT} there once listening.
+/// Returns the exit code.
+int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file);
 
 }  // namespace scg::app

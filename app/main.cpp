@@ -74,5 +74,5 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   scg::app::setup_logging(cfg.logging.level);
-  return scg::app::run_gateway(cfg, port_file);
+  return scg::app::run_gateway(cfg, config_path, port_file);
 }

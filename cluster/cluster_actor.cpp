@@ -24,6 +24,7 @@
 #include <map>
 #include <set>
 
+#include "actors/backend_set.hpp"
 #include "actors/protocol.hpp"
 #include "cluster/messages.hpp"
 #include "cluster/rendezvous.hpp"
@@ -57,20 +58,9 @@ std::pair<std::string, std::uint16_t> split(const std::string& addr) {
 
 /// Every IPv4 address `host` resolves to (a headless Service names every pod).
 std::vector<std::string> resolve(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::vector<std::string> out;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
-  for (auto* p = res; p; p = p->ai_next) {
-    char buf[INET_ADDRSTRLEN];
-    auto* in = reinterpret_cast<sockaddr_in*>(p->ai_addr);
-    if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) out.emplace_back(buf);
-  }
-  freeaddrinfo(res);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  auto out = actors::resolve_host(host);
+  out.erase(std::remove_if(out.begin(), out.end(), [](const std::string& ip) { return ip.find(':') != std::string::npos; }),
+            out.end());
   return out;
 }
 
@@ -328,6 +318,14 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
 
   publish_members(self);
   return {
+      // --- a backend joined the running set: apply what peers said of it -----
+      [=](actors::backend_atom, const std::string& name) {
+        auto& st = self->state;
+        st.table.for_each([&](const entry& e) {
+          const auto id = e.key.size() > 2 ? e.key.substr(2) : std::string();
+          if (e.backend == name || (id == name && e.key[0] != 's' && e.key[0] != 'o')) apply(st, e);
+        });
+      },
       // --- start: the address peers reach us at, known once published ---------
       [=](address_atom, const std::string& address) {
         auto& st = self->state;

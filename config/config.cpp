@@ -137,7 +137,7 @@ std::vector<backend> parse_backends(const YAML::Node& n) {
       be.address = host_port(b, at, false);
       be.name = be.address;
     } else if (b.IsMap()) {
-      check_keys(b, at, {"address", "name", "ui_url"});
+      check_keys(b, at, {"address", "name", "ui_url", "resolve"});
       if (!b["address"]) reject(child(at, "address"), "required");
       be.address = host_port(b["address"], child(at, "address"), false);
       be.name = be.address;
@@ -145,6 +145,14 @@ std::vector<backend> parse_backends(const YAML::Node& n) {
         name_path = child(at, "name");
         be.name = as_string(b["name"], name_path);
         if (be.name.empty()) reject(name_path, "must not be empty");
+        if (be.name.find('@') != std::string::npos)
+          reject(name_path, "'@' is kept for the names of resolved addresses (NAME@IP:PORT)");
+      }
+      if (b["resolve"]) {
+        const auto mode = as_string(b["resolve"], child(at, "resolve"));
+        if (mode != "all" && mode != "one")
+          reject(child(at, "resolve"), "expected all or one, got " + quoted(mode));
+        be.resolve_all = mode == "all";
       }
       if (b["ui_url"]) {
         be.ui_url = as_string(b["ui_url"], child(at, "ui_url"));
@@ -228,7 +236,7 @@ gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
-             {"bind_addr", "admin_addr", "backends", "placement", "affinity", "limits", "health",
+             {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "shutdown", "logging", "cluster"});
   gateway g;
 
@@ -237,6 +245,7 @@ gateway parse_gateway(const YAML::Node& root) {
     g.admin_addr =
         n.IsNull() ? std::nullopt : std::optional<std::string>(host_port(n, "admin_addr", true));
   g.backends = parse_backends(root["backends"]);
+  read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);
   if (const YAML::Node n = root["placement"]; present(n)) parse_placement(n, g.placement);
   if (const YAML::Node n = root["affinity"]; present(n)) {
     check_keys(n, "affinity", {"session_ttl_secs", "op_ttl_secs"});

@@ -14,7 +14,11 @@ namespace scg::config {
 struct backend {
   std::string name;
   std::string address;  ///< "host:port"
-  std::string ui_url;   ///< Spark UI base URL, empty when not configured
+  std::string ui_url;   ///< Spark UI base URL, empty when not configured; "{host}" stands for the resolved address
+  /// true (`resolve: all`): every address the host resolves to is a backend
+  /// of its own, named "NAME@IP:PORT", and the name is re-resolved every
+  /// backend_refresh_secs (a headless Service). false: one backend, one channel.
+  bool resolve_all = false;
 };
 
 /// How new sessions are placed (the score terms are used from the placement issue on).
@@ -88,6 +92,7 @@ struct gateway {
   std::string bind_addr = "0.0.0.0:15003";
   std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
   std::vector<backend> backends;
+  int backend_refresh_secs = 30;  ///< how often `resolve: all` backend names are re-resolved
   config::placement placement;
   config::affinity affinity;
   config::limits limits;

@@ -31,7 +31,12 @@ namespace scg::core {
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
-  X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica")
+  X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
+  X(config_reloads_total, "Backend-set reloads applied (SIGHUP)")                                 \
+  X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \
+  X(backend_resolve_failures_total, "Re-resolutions of a resolve: all backend name that failed")   \
+  X(backends_added_total, "Backends added to the running set (reload or DNS)")                   \
+  X(backends_removed_total, "Backends taken out of the running set (reload or DNS)")
 
 #define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
 

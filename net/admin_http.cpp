@@ -50,7 +50,7 @@ double score_of(const admin_view& view, std::size_t i, const std::vector<std::si
 }  // namespace
 
 std::string backends_json(const admin_view& view) {
-  auto bound = view.table->sessions_per_backend();
+  auto bound = view.table->sessions_per_backend(view.backends.size());
   auto list = nlohmann::json::array();
   for (std::size_t i = 0; i < view.backends.size(); ++i) {
     const auto& b = *view.backends[i];
@@ -59,6 +59,7 @@ std::string backends_json(const admin_view& view) {
                     {"ui_url", b.ui_url},
                     {"healthy", b.reachable.load() && b.healthy.load()},
                     {"draining", b.draining.load()},
+                    {"removed", b.removed.load()},
                     {"score", score_of(view, i, bound)},
                     {"utilization", utilization_of(b)},
                     {"sessions", i < bound.size() ? bound[i] : 0},
@@ -101,7 +102,7 @@ std::string metrics_text(const admin_view& view) {
   gauge("operations_active", "Operations in the operation index", "gauge");
   out += "scg_operations_active " + std::to_string(view.table->op_count()) + "\n";
 
-  auto bound = view.table->sessions_per_backend();
+  auto bound = view.table->sessions_per_backend(view.backends.size());
   struct per_backend {
     const char* name;
     const char* help;
@@ -115,6 +116,10 @@ std::string metrics_text(const admin_view& view) {
        [&](std::size_t i) { return std::string(view.backends[i]->reachable ? "1" : "0"); }},
       {"backend_healthy", "1 when the backend answers its health probes", "gauge",
        [&](std::size_t i) { return std::string(view.backends[i]->healthy ? "1" : "0"); }},
+      {"backend_draining", "1 while the backend is drained (no new sessions)", "gauge",
+       [&](std::size_t i) { return std::string(view.backends[i]->draining ? "1" : "0"); }},
+      {"backend_removed", "1 when the backend left the configured set (reload or DNS)", "gauge",
+       [&](std::size_t i) { return std::string(view.backends[i]->removed ? "1" : "0"); }},
       {"backend_in_flight", "Calls being forwarded to the backend", "gauge",
        [&](std::size_t i) { return std::to_string(view.backends[i]->in_flight.load()); }},
       {"backend_calls_total", "Calls started to the backend", "counter",
@@ -130,9 +135,14 @@ std::string metrics_text(const admin_view& view) {
       {"backend_poll_errors_total", "Failed Spark UI polls", "counter",
        [&](std::size_t i) { return std::to_string(view.backends[i]->poll_errors_total.load()); }},
   };
+  // One series per name: an entry superseded by a newer one of the same
+  // name (its address changed on reload) is left out.
+  std::vector<std::size_t> shown;
+  for (std::size_t i = 0; i < view.backends.size(); ++i)
+    if (actors::find_backend(view.backends, view.backends[i]->name) == i) shown.push_back(i);
   for (const auto& s : series) {
     gauge(s.name, s.help, s.type);
-    for (std::size_t i = 0; i < view.backends.size(); ++i)
+    for (auto i : shown)
       out += std::string("scg_") + s.name + "{backend=\"" + label(view.backends[i]->name) + "\"} " +
              s.value(i) + "\n";
   }

@@ -19,6 +19,8 @@ backends:
   - "spark-connect-0:15002"
   - { address: "spark-connect-1:15002", name: sc-1, ui_url: "http://spark-connect-1:4040" }
   - address: "10.0.0.7:15002"
+  - { address: "spark-pool.spark.svc:15002", name: pool, resolve: all, ui_url: "http://{host}:4040" }
+backend_refresh_secs: 10
 placement:
   strategy: round_robin
   poll_interval_ms: 1500
@@ -106,7 +108,7 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   gateway g = ok(full_example);
   CHECK(g.bind_addr == "0.0.0.0:15003");
   CHECK(g.admin_addr == "127.0.0.1:9090");
-  REQUIRE(g.backends.size() == 3);
+  REQUIRE(g.backends.size() == 4);
   CHECK(g.backends[0].name == "spark-connect-0:15002");
   CHECK(g.backends[0].address == "spark-connect-0:15002");
   CHECK(g.backends[0].ui_url.empty());
@@ -114,6 +116,11 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.backends[1].address == "spark-connect-1:15002");
   CHECK(g.backends[1].ui_url == "http://spark-connect-1:4040");
   CHECK(g.backends[2].name == "10.0.0.7:15002");
+  CHECK_FALSE(g.backends[2].resolve_all);
+  CHECK(g.backends[3].name == "pool");
+  CHECK(g.backends[3].resolve_all);
+  CHECK(g.backends[3].ui_url == "http://{host}:4040");
+  CHECK(g.backend_refresh_secs == 10);
   CHECK(g.placement.strategy == "round_robin");
   CHECK(g.placement.poll_interval_ms == 1500);
   CHECK(g.placement.ewma_alpha == 0.5);
@@ -191,6 +198,11 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {"backends: [{ address: \"a:1\", name: \"\" }]\n", "backends[0].name", "must not be empty"},
       {"backends: [{ address: \"a:1\", ui_url: \"a:4040\" }]\n", "backends[0].ui_url",
        "\"a:4040\" is not an http:// or https:// URL"},
+      {"backends: [{ address: \"a:1\", resolve: every }]\n", "backends[0].resolve",
+       "expected all or one, got \"every\""},
+      {"backends: [{ address: \"a:1\", name: \"x@y\" }]\n", "backends[0].name",
+       "'@' is kept for the names of resolved addresses (NAME@IP:PORT)"},
+      {one_backend + "backend_refresh_secs: 0\n", "backend_refresh_secs", "must be at least 1, got 0"},
       // top level
       {one_backend + "bind_adr: \"x:1\"\n", "bind_adr", "unknown key"},
       {one_backend + "bind_addr: [1]\n", "bind_addr", "expected a string, got a list"},
@@ -291,7 +303,7 @@ TEST_CASE("loading a file parses its contents", "[config]") {
   auto r = load(path);
   std::remove(path);
   REQUIRE(std::holds_alternative<gateway>(r));
-  CHECK(std::get<gateway>(r).backends.size() == 3);
+  CHECK(std::get<gateway>(r).backends.size() == 4);
 }
 
 TEST_CASE("host:port accepts names, IPv4 and bracketed IPv6", "[config]") {
