@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libasio-dev libssl-dev libjemalloc-dev
-  curl procps iproute2 python3 openssl
+  curl procps iproute2 python3 python3-yaml openssl
 )
 
 missing=()
