@@ -1,6 +1,7 @@
 #include "config/config.hpp"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -232,12 +233,31 @@ cluster parse_cluster(const YAML::Node& n) {
   return c;
 }
 
+/// A file the replica must read at start: it must exist and be readable now.
+std::string readable_file(const YAML::Node& n, const std::string& path) {
+  auto file = as_string(n, path);
+  if (file.empty()) reject(path, "must not be empty");
+  if (access(file.c_str(), R_OK) != 0) reject(path, "cannot read " + quoted(file) + ": " + std::strerror(errno));
+  return file;
+}
+
+front_tls parse_front_tls(const YAML::Node& t) {
+  check_keys(t, "tls", {"cert_file", "key_file", "client_ca_file"});
+  front_tls tls;
+  for (auto key : {"cert_file", "key_file"})
+    if (!t[key]) reject(std::string("tls.") + key, "required");
+  tls.cert_file = readable_file(t["cert_file"], "tls.cert_file");
+  tls.key_file = readable_file(t["key_file"], "tls.key_file");
+  if (t["client_ca_file"]) tls.client_ca_file = readable_file(t["client_ca_file"], "tls.client_ca_file");
+  return tls;
+}
+
 gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
-              "on_backend_lost", "shutdown", "logging", "cluster"});
+              "on_backend_lost", "shutdown", "logging", "cluster", "tls"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -246,6 +266,7 @@ gateway parse_gateway(const YAML::Node& root) {
         n.IsNull() ? std::nullopt : std::optional<std::string>(host_port(n, "admin_addr", true));
   g.backends = parse_backends(root["backends"]);
   read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);
+  if (const YAML::Node n = root["tls"]; present(n)) g.tls = parse_front_tls(n);
   if (const YAML::Node n = root["placement"]; present(n)) parse_placement(n, g.placement);
   if (const YAML::Node n = root["affinity"]; present(n)) {
     check_keys(n, "affinity", {"session_ttl_secs", "op_ttl_secs"});

@@ -88,6 +88,13 @@ struct cluster {
 };
 
 /// A whole replica configuration, validated.
+/// TLS on the front door (`tls:`); absent: plaintext (h2c).
+struct front_tls {
+  std::string cert_file;       ///< PEM certificate chain of the server
+  std::string key_file;        ///< PEM private key
+  std::string client_ca_file;  ///< PEM CA; set: clients must present a certificate it signed (mutual TLS)
+};
+
 struct gateway {
   std::string bind_addr = "0.0.0.0:15003";
   std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
@@ -101,6 +108,7 @@ struct gateway {
   config::shutdown shutdown;
   config::logging logging;
   std::optional<config::cluster> cluster;
+  std::optional<front_tls> tls;
 };
 
 /// A configuration error; `field` is the dotted path of the offending key

@@ -1,0 +1,520 @@
+#include "auth/auth_config.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/config.hpp"
+
+namespace scg::auth {
+namespace {
+
+// The same reading discipline as config/config.cpp: the first bad field
+// unwinds to the public parse_* function, the only place that catches it.
+struct bad_field {
+  config::error err;
+};
+
+[[noreturn]] void reject(const std::string& path, std::string message) {
+  throw bad_field{{path, std::move(message)}};
+}
+
+std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return in_quotes(n.Scalar());
+    default:
+      return "null";
+  }
+}
+
+std::string child(const std::string& path, const std::string& key) { return path + "." + key; }
+std::string item(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+bool present(const YAML::Node& n) { return n.IsDefined() && !n.IsNull(); }
+
+void check_keys(const YAML::Node& n, const std::string& path,
+                std::initializer_list<std::string_view> known) {
+  if (!n.IsMap()) reject(path, "expected a map, got " + describe(n));
+  std::vector<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) reject(path, "keys must be strings");
+    const std::string& key = kv.first.Scalar();
+    bool is_known = false;
+    for (auto k : known) is_known = is_known || k == key;
+    if (!is_known) reject(child(path, key), "unknown key");
+    for (const auto& s : seen)
+      if (s == key) reject(child(path, key), "duplicate key");
+    seen.push_back(key);
+  }
+}
+
+std::string as_string(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected a string, got " + describe(n));
+  return n.Scalar();
+}
+
+std::string non_empty(const YAML::Node& n, const std::string& path) {
+  std::string s = as_string(n, path);
+  if (s.empty()) reject(path, "must not be empty");
+  return s;
+}
+
+/// Like as_string, but a secret: the error never echoes the value.
+std::string secret_string(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected a string");
+  if (n.Scalar().empty()) reject(path, "must not be empty");
+  return n.Scalar();
+}
+
+long long integer_in(const YAML::Node& n, const std::string& path, long long lo, long long hi) {
+  if (!n.IsScalar()) reject(path, "expected an integer, got " + describe(n));
+  const std::string& s = n.Scalar();
+  long long v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+    reject(path, "expected an integer, got " + in_quotes(s));
+  if (v < lo) reject(path, "must be at least " + std::to_string(lo) + ", got " + std::to_string(v));
+  if (v > hi) reject(path, "must be at most " + std::to_string(hi) + ", got " + std::to_string(v));
+  return v;
+}
+
+void read_int(const YAML::Node& parent, const std::string& path, const char* key, int& out,
+              long long lo, long long hi = INT_MAX) {
+  if (parent[key]) out = static_cast<int>(integer_in(parent[key], child(path, key), lo, hi));
+}
+
+double as_number(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) reject(path, "expected a number, got " + describe(n));
+  const std::string& s = n.Scalar();
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
+    reject(path, "expected a number, got " + in_quotes(s));
+  return v;
+}
+
+bool is_http_url(const std::string& s) {
+  return (s.rfind("http://", 0) == 0 && s.size() > 7) ||
+         (s.rfind("https://", 0) == 0 && s.size() > 8);
+}
+
+std::string tenant_name(const YAML::Node& n, const std::string& path) {
+  std::string s = as_string(n, path);
+  if (!valid_tenant_name(s))
+    reject(path, in_quotes(s) + " is not a tenant name (1 to 128 of A-Z a-z 0-9 . _ -)");
+  return s;
+}
+
+/// One of `choices`, or an error listing them.
+std::string one_of(const YAML::Node& n, const std::string& path, const char* what,
+                   std::initializer_list<const char*> choices) {
+  std::string s = as_string(n, path);
+  std::string expected;
+  std::size_t i = 0;
+  for (const char* c : choices) {
+    if (s == c) return s;
+    expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(c);
+    ++i;
+  }
+  reject(path,
+         "unknown " + std::string(what) + " " + in_quotes(s) + " (expected " + expected + ")");
+}
+
+secret_ref parse_secret(const YAML::Node& n, const std::string& path) {
+  // Each kind has its own key: inline → value, env → name, file → path.
+  static constexpr std::pair<const char*, const char*> kinds[] = {
+      {"inline", "value"}, {"env", "name"}, {"file", "path"}};
+  check_keys(n, path, {"kind", "value", "name", "path"});
+  if (!n["kind"]) reject(child(path, "kind"), "required");
+  std::string kind = one_of(n["kind"], child(path, "kind"), "kind", {"inline", "env", "file"});
+  secret_ref s;
+  s.field = path;
+  std::string key;
+  for (auto [k, key_of_k] : kinds) {
+    if (kind == k)
+      key = key_of_k;
+    else if (n[key_of_k])
+      reject(child(path, key_of_k), "only with kind: " + std::string(k));
+  }
+  if (!n[key]) reject(child(path, key), "required with kind: " + kind);
+  s.kind = kind == "inline" ? secret_ref::source::inline_value
+           : kind == "env"  ? secret_ref::source::env
+                            : secret_ref::source::file;
+  s.value = s.kind == secret_ref::source::inline_value ? secret_string(n[key], child(path, key))
+                                                       : non_empty(n[key], child(path, key));
+  return s;
+}
+
+/// Reads an algorithm list; HS256 only where a shared secret is possible.
+std::vector<algorithm> parse_algorithms(const YAML::Node& n, const std::string& path,
+                                        bool allow_hs256) {
+  if (!n.IsSequence()) reject(path, "expected a list, got " + describe(n));
+  if (n.size() == 0) reject(path, "at least one algorithm is required");
+  std::vector<algorithm> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    std::string name = as_string(n[i], item(path, i));
+    auto a = algorithm_from_name(name);
+    if (!a)
+      reject(item(path, i), "unknown algorithm " + in_quotes(name) + " (expected RS256, ES256" +
+                                (allow_hs256 ? ", HS256)" : ")"));
+    if (!allow_hs256 && *a == algorithm::hs256)
+      reject(item(path, i), "HS256 is not available with oidc (JWKS keys are public keys)");
+    out.push_back(*a);
+  }
+  return out;
+}
+
+jwt_config parse_jwt(const YAML::Node& n) {
+  const std::string path = "auth.jwt";
+  check_keys(n, path,
+             {"algorithms", "key_file", "key_pem", "hmac_secret", "issuer", "audience",
+              "leeway_secs", "user_claim"});
+  jwt_config j;
+  if (!n["algorithms"]) reject(child(path, "algorithms"), "required");
+  j.algorithms = parse_algorithms(n["algorithms"], child(path, "algorithms"), true);
+  int sources = 0;
+  if (n["key_file"]) j.key_file = non_empty(n["key_file"], child(path, "key_file")), ++sources;
+  if (n["key_pem"]) j.key_pem = non_empty(n["key_pem"], child(path, "key_pem")), ++sources;
+  if (n["hmac_secret"])
+    j.hmac_secret = parse_secret(n["hmac_secret"], child(path, "hmac_secret")), ++sources;
+  if (sources != 1) reject(path, "exactly one of key_file, key_pem or hmac_secret is required");
+  // The key kind fixes the algorithms: a public key never doubles as an HMAC secret.
+  for (std::size_t i = 0; i < j.algorithms.size(); ++i) {
+    bool hs = j.algorithms[i] == algorithm::hs256;
+    if (hs && !j.hmac_secret)
+      reject(item(child(path, "algorithms"), i), "HS256 needs hmac_secret, not a public key");
+    if (!hs && j.hmac_secret)
+      reject(item(child(path, "algorithms"), i), std::string(algorithm_name(j.algorithms[i])) +
+                                                     " needs key_file or key_pem, not hmac_secret");
+  }
+  if (!j.key_pem.empty()) {
+    auto k = key::from_pem(j.key_pem);
+    if (auto* f = std::get_if<failure>(&k)) reject(child(path, "key_pem"), f->reason);
+  }
+  if (n["issuer"]) j.issuer = as_string(n["issuer"], child(path, "issuer"));
+  if (n["audience"]) j.audience = as_string(n["audience"], child(path, "audience"));
+  read_int(n, path, "leeway_secs", j.leeway_secs, 0, 3600);
+  if (n["user_claim"]) j.user_claim = non_empty(n["user_claim"], child(path, "user_claim"));
+  return j;
+}
+
+oidc_config parse_oidc(const YAML::Node& n) {
+  const std::string path = "auth.oidc";
+  check_keys(n, path,
+             {"issuer", "discovery_url", "audience", "algorithms", "refresh_secs",
+              "min_refresh_interval_secs", "fetch_timeout_ms", "leeway_secs", "user_claim"});
+  oidc_config o;
+  if (!n["issuer"]) reject(child(path, "issuer"), "required");
+  o.issuer = non_empty(n["issuer"], child(path, "issuer"));
+  if (n["discovery_url"]) {
+    o.discovery_url = as_string(n["discovery_url"], child(path, "discovery_url"));
+  } else {
+    std::string base = o.issuer;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    o.discovery_url = base + "/.well-known/openid-configuration";
+  }
+  if (!is_http_url(o.discovery_url))
+    reject(child(path, n["discovery_url"] ? "discovery_url" : "issuer"),
+           in_quotes(o.discovery_url) + " is not an http:// or https:// URL");
+  if (!n["audience"]) reject(child(path, "audience"), "required");
+  o.audience = non_empty(n["audience"], child(path, "audience"));
+  if (n["algorithms"])
+    o.algorithms = parse_algorithms(n["algorithms"], child(path, "algorithms"), false);
+  read_int(n, path, "refresh_secs", o.refresh_secs, 1);
+  read_int(n, path, "min_refresh_interval_secs", o.min_refresh_interval_secs, 1);
+  read_int(n, path, "fetch_timeout_ms", o.fetch_timeout_ms, 1, 60000);
+  read_int(n, path, "leeway_secs", o.leeway_secs, 0, 3600);
+  if (n["user_claim"]) o.user_claim = non_empty(n["user_claim"], child(path, "user_claim"));
+  return o;
+}
+
+auth_config parse_auth_section(const YAML::Node& n) {
+  auth_config a;
+  if (!present(n)) return a;
+  const std::string path = "auth";
+  check_keys(n, path, {"type", "tokens", "jwt", "oidc"});
+  std::string type = "anonymous";
+  if (n["type"])
+    type = one_of(n["type"], child(path, "type"), "type", {"anonymous", "static", "jwt", "oidc"});
+  a.type = type == "static" ? auth_type::static_tokens
+           : type == "jwt"  ? auth_type::jwt
+           : type == "oidc" ? auth_type::oidc
+                            : auth_type::anonymous;
+  for (const char* section : {"tokens", "jwt", "oidc"}) {
+    std::string owner = std::strcmp(section, "tokens") == 0 ? "static" : section;
+    if (n[section] && owner != type) reject(child(path, section), "only with type: " + owner);
+    if (!n[section] && owner == type) reject(child(path, section), "required with type: " + owner);
+  }
+  if (a.type == auth_type::static_tokens) {
+    const YAML::Node& tokens = n["tokens"];
+    const std::string at = child(path, "tokens");
+    if (!tokens.IsSequence()) reject(at, "expected a list, got " + describe(tokens));
+    if (tokens.size() == 0) reject(at, "at least one token is required");
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const std::string t_at = item(at, i);
+      check_keys(tokens[i], t_at, {"token", "user_id", "tenant"});
+      static_token t;
+      if (!tokens[i]["token"]) reject(child(t_at, "token"), "required");
+      t.token = secret_string(tokens[i]["token"], child(t_at, "token"));
+      if (!tokens[i]["user_id"]) reject(child(t_at, "user_id"), "required");
+      t.user_id = non_empty(tokens[i]["user_id"], child(t_at, "user_id"));
+      if (tokens[i]["tenant"]) t.tenant = tenant_name(tokens[i]["tenant"], child(t_at, "tenant"));
+      for (const auto& other : a.tokens)
+        if (other.token == t.token) reject(child(t_at, "token"), "duplicate token");
+      a.tokens.push_back(std::move(t));
+    }
+  }
+  if (a.type == auth_type::jwt) a.jwt = parse_jwt(n["jwt"]);
+  if (a.type == auth_type::oidc) a.oidc = parse_oidc(n["oidc"]);
+  return a;
+}
+
+tenants_config parse_tenants_section(const YAML::Node& n,
+                                     const std::vector<std::string>& backends) {
+  tenants_config t;
+  if (!present(n)) return t;
+  const std::string path = "tenants";
+  check_keys(n, path,
+             {"from", "claim", "header", "value", "default", "on_missing", "on_unknown_tenant",
+              "pools", "backend_tokens"});
+  std::string from = "claim";
+  if (n["from"])
+    from = one_of(n["from"], child(path, "from"), "source", {"claim", "header", "fixed"});
+  t.from = from == "header"  ? tenant_source::header
+           : from == "fixed" ? tenant_source::fixed
+                             : tenant_source::claim;
+  for (auto [key, owner] :
+       {std::pair{"claim", "claim"}, std::pair{"header", "header"}, std::pair{"value", "fixed"}})
+    if (n[key] && from != owner) reject(child(path, key), "only with from: " + std::string(owner));
+  if (n["claim"]) t.claim = non_empty(n["claim"], child(path, "claim"));
+  if (t.from == tenant_source::header) {
+    if (!n["header"]) reject(child(path, "header"), "required with from: header");
+    t.header = non_empty(n["header"], child(path, "header"));
+    // gRPC metadata keys are lowercase; reserved and auth keys are not tenant sources.
+    bool ok =
+        t.header.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") == std::string::npos;
+    if (!ok)
+      reject(child(path, "header"), in_quotes(t.header) + " is not a lowercase metadata key");
+    if (t.header.rfind("grpc-", 0) == 0 || t.header == "authorization" || t.header.back() == '.' ||
+        (t.header.size() > 4 && t.header.compare(t.header.size() - 4, 4, "-bin") == 0))
+      reject(child(path, "header"), in_quotes(t.header) + " cannot carry a tenant");
+  }
+  if (t.from == tenant_source::fixed) {
+    if (!n["value"]) reject(child(path, "value"), "required with from: fixed");
+    t.value = tenant_name(n["value"], child(path, "value"));
+  }
+  if (n["default"]) t.default_tenant = tenant_name(n["default"], child(path, "default"));
+  if (n["on_missing"])
+    t.reject_missing = one_of(n["on_missing"], child(path, "on_missing"), "action",
+                              {"use_default", "reject"}) == "reject";
+  if (n["on_unknown_tenant"])
+    t.reject_unknown = one_of(n["on_unknown_tenant"], child(path, "on_unknown_tenant"), "action",
+                              {"use_default", "reject"}) == "reject";
+  if (const YAML::Node& pools = n["pools"]; present(pools)) {
+    const std::string at = child(path, "pools");
+    if (!pools.IsMap()) reject(at, "expected a map, got " + describe(pools));
+    for (const auto& kv : pools) {
+      std::string tenant = tenant_name(kv.first, at);
+      const std::string p_at = child(at, tenant);
+      if (t.pools.count(tenant)) reject(p_at, "duplicate key");
+      const YAML::Node& list = kv.second;
+      if (!list.IsSequence()) reject(p_at, "expected a list, got " + describe(list));
+      if (list.size() == 0) reject(p_at, "at least one backend is required");
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        std::string name = non_empty(list[i], item(p_at, i));
+        bool known = backends.empty();
+        for (const auto& b : backends) known = known || b == name;
+        if (!known) reject(item(p_at, i), "unknown backend " + in_quotes(name));
+        names.push_back(std::move(name));
+      }
+      t.pools.emplace(std::move(tenant), std::move(names));
+    }
+  }
+  if (const YAML::Node& tokens = n["backend_tokens"]; present(tokens)) {
+    const std::string at = child(path, "backend_tokens");
+    if (!tokens.IsMap()) reject(at, "expected a map, got " + describe(tokens));
+    for (const auto& kv : tokens) {
+      std::string tenant = tenant_name(kv.first, at);
+      if (t.backend_tokens.count(tenant)) reject(child(at, tenant), "duplicate key");
+      t.backend_tokens.emplace(tenant, parse_secret(kv.second, child(at, tenant)));
+    }
+  }
+  return t;
+}
+
+rate parse_rate(const YAML::Node& n, const std::string& path) {
+  check_keys(n, path, {"rps", "burst"});
+  rate r;
+  if (!n["rps"]) reject(child(path, "rps"), "required");
+  r.rps = as_number(n["rps"], child(path, "rps"));
+  if (r.rps <= 0) reject(child(path, "rps"), "must be greater than 0, got " + n["rps"].Scalar());
+  r.burst = std::max(r.rps, 1.0);
+  if (n["burst"]) {
+    r.burst = as_number(n["burst"], child(path, "burst"));
+    if (r.burst < 1) reject(child(path, "burst"), "must be at least 1, got " + n["burst"].Scalar());
+  }
+  return r;
+}
+
+rate_limits_config parse_rate_limits_section(const YAML::Node& n) {
+  rate_limits_config r;
+  if (!present(n)) return r;
+  const std::string path = "rate_limits";
+  check_keys(n, path, {"per_tenant", "per_user", "tenants"});
+  if (present(n["per_tenant"]))
+    r.per_tenant = parse_rate(n["per_tenant"], child(path, "per_tenant"));
+  if (present(n["per_user"])) r.per_user = parse_rate(n["per_user"], child(path, "per_user"));
+  if (const YAML::Node& tenants = n["tenants"]; present(tenants)) {
+    const std::string at = child(path, "tenants");
+    if (!tenants.IsMap()) reject(at, "expected a map, got " + describe(tenants));
+    for (const auto& kv : tenants) {
+      std::string tenant = tenant_name(kv.first, at);
+      if (r.tenants.count(tenant)) reject(child(at, tenant), "duplicate key");
+      r.tenants.emplace(tenant, parse_rate(kv.second, child(at, tenant)));
+    }
+  }
+  return r;
+}
+
+/// Runs a section parser, turning the first bad field (or a yaml-cpp
+/// surprise) into the error result.
+template <class T, class F>
+std::variant<T, config::error> guarded(const char* section, F&& parse) {
+  try {
+    return parse();
+  } catch (const bad_field& e) {
+    return e.err;
+  } catch (const std::exception& e) {
+    return config::error{section, e.what()};
+  }
+}
+
+}  // namespace
+
+std::variant<std::string, config::error> resolve_secret(const secret_ref& ref) {
+  std::string out;
+  switch (ref.kind) {
+    case secret_ref::source::inline_value:
+      out = ref.value;
+      break;
+    case secret_ref::source::env: {
+      const char* v = std::getenv(ref.value.c_str());
+      if (!v)
+        return config::error{ref.field,
+                             "environment variable " + in_quotes(ref.value) + " is not set"};
+      out = v;
+      break;
+    }
+    case secret_ref::source::file: {
+      std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ref.value.c_str(), "rb"),
+                                                        &std::fclose);
+      if (!f)
+        return config::error{ref.field,
+                             "cannot open " + in_quotes(ref.value) + ": " + std::strerror(errno)};
+      char buf[4096];
+      std::size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0 && out.size() < (1u << 20))
+        out.append(buf, n);
+      if (std::ferror(f.get()))
+        return config::error{ref.field,
+                             "cannot read " + in_quotes(ref.value) + ": " + std::strerror(errno)};
+      // Secret files written by editors and `echo` end in a newline that is not part of the secret.
+      if (!out.empty() && out.back() == '\n') out.pop_back();
+      if (!out.empty() && out.back() == '\r') out.pop_back();
+      break;
+    }
+  }
+  if (out.empty()) return config::error{ref.field, "the secret is empty"};
+  return out;
+}
+
+const std::string& backend_credentials::for_tenant(std::string_view tenant) const {
+  auto it = per_tenant.find(tenant);
+  return it == per_tenant.end() ? default_token : it->second;
+}
+
+std::variant<backend_credentials, config::error> resolve_backend_tokens(const security_config& s) {
+  auto read = [](const secret_ref& ref, std::string& out) -> std::optional<config::error> {
+    auto v = resolve_secret(ref);
+    if (auto* e = std::get_if<config::error>(&v)) return *e;
+    out = std::get<std::string>(std::move(v));
+    for (char c : out)
+      if (c < 0x21 || c > 0x7e)
+        return config::error{ref.field, "the token contains characters not allowed in a header"};
+    return std::nullopt;
+  };
+  backend_credentials c;
+  if (s.backend_token)
+    if (auto e = read(*s.backend_token, c.default_token)) return *e;
+  for (const auto& [tenant, ref] : s.tenants.backend_tokens)
+    if (auto e = read(ref, c.per_tenant[tenant])) return *e;
+  return c;
+}
+
+bool valid_tenant_name(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::variant<auth_config, config::error> parse_auth(const YAML::Node& n) {
+  return guarded<auth_config>("auth", [&] { return parse_auth_section(n); });
+}
+
+std::variant<tenants_config, config::error> parse_tenants(
+    const YAML::Node& n, const std::vector<std::string>& backend_names) {
+  return guarded<tenants_config>("tenants",
+                                 [&] { return parse_tenants_section(n, backend_names); });
+}
+
+std::variant<std::optional<secret_ref>, config::error> parse_backend_token(const YAML::Node& n) {
+  return guarded<std::optional<secret_ref>>("backend_token", [&]() -> std::optional<secret_ref> {
+    if (!present(n)) return std::nullopt;
+    return parse_secret(n, "backend_token");
+  });
+}
+
+std::variant<rate_limits_config, config::error> parse_rate_limits(const YAML::Node& n) {
+  return guarded<rate_limits_config>("rate_limits", [&] { return parse_rate_limits_section(n); });
+}
+
+std::variant<security_config, config::error> parse_security(
+    const YAML::Node& root, const std::vector<std::string>& backend_names) {
+  return guarded<security_config>("(root)", [&] {
+    security_config s;
+    s.auth = parse_auth_section(root["auth"]);
+    s.tenants = parse_tenants_section(root["tenants"], backend_names);
+    if (present(root["backend_token"]))
+      s.backend_token = parse_secret(root["backend_token"], "backend_token");
+    s.rate_limits = parse_rate_limits_section(root["rate_limits"]);
+    // An explicit claim source is meaningless without tokens that carry claims.
+    if (s.auth.type == auth_type::anonymous && root["tenants"] && root["tenants"]["from"] &&
+        s.tenants.from == tenant_source::claim)
+      reject("tenants.from", "claim needs auth type static, jwt or oidc");
+    return s;
+  });
+}
+
+}  // namespace scg::auth

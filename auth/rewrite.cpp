@@ -1,0 +1,171 @@
+#include "auth/rewrite.hpp"
+
+#include "auth/protowire.hpp"
+
+namespace scg::auth {
+
+namespace protowire {
+namespace {
+
+constexpr int max_group_depth = 32;
+
+bool read_varint(std::string_view& in, std::uint64_t& v) {
+  v = 0;
+  for (int i = 0; i < 10 && !in.empty(); ++i) {
+    auto b = static_cast<std::uint8_t>(in.front());
+    in.remove_prefix(1);
+    v |= std::uint64_t{b & 0x7fu} << (7 * i);
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+/// Reads one field; inside a group, `end_of` is the group's number and its
+/// end tag is reported through `ended`.
+bool read_field(std::string_view& in, field& f, int depth, std::uint32_t end_of, bool& ended) {
+  const char* start = in.data();
+  std::uint64_t tag;
+  if (!read_varint(in, tag)) return false;
+  const std::uint64_t number = tag >> 3;
+  if (number == 0 || number > (1u << 29) - 1) return false;
+  f.number = static_cast<std::uint32_t>(number);
+  f.type = static_cast<std::uint32_t>(tag & 7);
+  f.payload = {};
+  switch (f.type) {
+    case 0:
+      if (!read_varint(in, f.varint)) return false;
+      break;
+    case 1:
+    case 5: {
+      std::size_t n = f.type == 1 ? 8 : 4;
+      if (in.size() < n) return false;
+      in.remove_prefix(n);
+      break;
+    }
+    case 2: {
+      std::uint64_t len;
+      if (!read_varint(in, len) || len > in.size()) return false;
+      f.payload = in.substr(0, len);
+      in.remove_prefix(len);
+      break;
+    }
+    case 3: {
+      if (depth >= max_group_depth) return false;
+      for (;;) {
+        if (in.empty()) return false;  // unterminated group
+        field inner;
+        bool inner_ended = false;
+        if (!read_field(in, inner, depth + 1, f.number, inner_ended)) return false;
+        if (inner_ended) break;
+      }
+      break;
+    }
+    case 4:
+      if (end_of != f.number) return false;  // an end tag with no group open
+      ended = true;
+      break;
+    default:
+      return false;
+  }
+  f.whole = std::string_view(start, static_cast<std::size_t>(in.data() - start));
+  return true;
+}
+
+}  // namespace
+
+bool next(std::string_view& in, field& f) {
+  bool ended = false;
+  return read_field(in, f, 0, 0, ended) && !ended;
+}
+
+}  // namespace protowire
+
+namespace {
+
+using protowire::field;
+
+constexpr std::uint32_t user_context_field = 2;  // every request
+constexpr std::uint32_t user_id_field = 1;       // UserContext
+constexpr std::uint32_t pairs_field = 2;         // ConfigResponse
+constexpr std::uint32_t key_field = 1;           // KeyValue
+constexpr std::uint32_t value_field = 2;         // KeyValue
+
+/// A UserContext with its user_id set to `user_id`; other fields kept.
+std::optional<std::string> with_user_id(std::string_view context, std::string_view user_id) {
+  std::string out;
+  out.reserve(context.size() + user_id.size() + 6);
+  protowire::put_bytes(out, user_id_field, user_id);
+  field f;
+  while (!context.empty()) {
+    if (!protowire::next(context, f)) return std::nullopt;
+    // Only the length-delimited field 1 is user_id; a field 1 of another wire
+    // type is an unknown field to protobuf and stays.
+    if (f.number == user_id_field && f.type == 2) continue;
+    out.append(f.whole);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> rewrite_user_id(std::string_view request, std::string_view user_id) {
+  std::string out;
+  out.reserve(request.size() + user_id.size() + 12);
+  bool seen = false;
+  field f;
+  while (!request.empty()) {
+    if (!protowire::next(request, f)) return std::nullopt;
+    if (f.number != user_context_field || f.type != 2) {
+      out.append(f.whole);
+      continue;
+    }
+    auto context = with_user_id(f.payload, user_id);
+    if (!context) return std::nullopt;
+    protowire::put_bytes(out, user_context_field, *context);
+    seen = true;
+  }
+  if (!seen) {
+    std::string context;
+    protowire::put_bytes(context, user_id_field, user_id);
+    protowire::put_bytes(out, user_context_field, context);
+  }
+  return out;
+}
+
+redact_outcome redact_config_response(std::string_view response, std::string& out) {
+  std::string result;
+  result.reserve(response.size());
+  bool changed = false;
+  field f;
+  while (!response.empty()) {
+    if (!protowire::next(response, f)) return redact_outcome::malformed;
+    if (f.number != pairs_field || f.type != 2) {
+      result.append(f.whole);
+      continue;
+    }
+    // The key is the last length-delimited field 1, as protobuf reads it.
+    std::string_view pair = f.payload, key;
+    field g;
+    while (!pair.empty()) {
+      if (!protowire::next(pair, g)) return redact_outcome::malformed;
+      if (g.number == key_field && g.type == 2) key = g.payload;
+    }
+    if (key != authenticate_token_key) {
+      result.append(f.whole);
+      continue;
+    }
+    std::string redacted;
+    for (pair = f.payload; !pair.empty();) {
+      protowire::next(pair, g);  // already checked above
+      if (g.number != value_field || g.type != 2) redacted.append(g.whole);
+    }
+    protowire::put_bytes(redacted, value_field, "[redacted]");
+    protowire::put_bytes(result, pairs_field, redacted);
+    changed = true;
+  }
+  if (!changed) return redact_outcome::unchanged;
+  out = std::move(result);
+  return redact_outcome::redacted;
+}
+
+}  // namespace scg::auth
