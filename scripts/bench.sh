@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# scg's benchmark, one command: scg-fake-spark direct vs through scg, on loopback.
+# scg's benchmark, one command, on loopback: scg-fake-spark direct, through scg,
+# through nginx (grpc_pass) and through HAProxy (h2 both sides), interleaved and
+# repeated; then scg's memory per idle session and a cluster's replication rate.
 #
-#   scripts/bench.sh                 full run (3 rounds, 1 GiB stream, 100k sessions)
-#   BENCH_QUICK=1 scripts/bench.sh   smoke test (under a minute)
+#   scripts/bench.sh                        full run (3 rounds, 1 GiB streams, 100k sessions)
+#   BENCH_QUICK=1 scripts/bench.sh          smoke test (under 2 minutes), every path and workload
+#   BENCH_SOAK_SECS=600 scripts/bench.sh soak
+#                                           steady unary + stream load through scg, RSS every 10 s
 #
 # Settings (environment): BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_WARMUP_SECS,
-# BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream pairs per
-# round), BENCH_SESSIONS, BENCH_BUILD_DIR.
+# BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream samples per
+# path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS, BENCH_REPLICAS (2 or 3),
+# BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_SOAK_SECS, BENCH_BUILD_DIR.
+# nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
 # mean: docs/performance.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 BUILD=${BENCH_BUILD_DIR:-build}
+MODE=${1:-bench}
+[[ $MODE == bench || $MODE == soak ]] || {
+  echo "usage: scripts/bench.sh [bench|soak]" >&2
+  exit 2
+}
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
-  defaults=(1 2 1 $((64 << 20)) 10000 1)
+  defaults=(1 2 1 $((64 << 20)) 10000 1 2000 60)
 else
-  defaults=(3 10 2 $((1 << 30)) 100000 3)
+  defaults=(3 10 2 $((1 << 30)) 100000 3 20000 600)
 fi
 ROUNDS=${BENCH_ROUNDS:-${defaults[0]}}
 UNARY_SECS=${BENCH_UNARY_SECS:-${defaults[1]}}
@@ -26,6 +37,12 @@ STREAM_BYTES=${BENCH_STREAM_BYTES:-${defaults[3]}}
 MESSAGE_BYTES=${BENCH_MESSAGE_BYTES:-$((4 << 20))}
 SESSIONS=${BENCH_SESSIONS:-${defaults[4]}}
 STREAM_REPEATS=${BENCH_STREAM_REPEATS:-${defaults[5]}}
+REPL_SESSIONS=${BENCH_REPL_SESSIONS:-${defaults[6]}}
+REPLICAS=${BENCH_REPLICAS:-2}
+SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
+read -r -a PATHS <<<"${BENCH_PATHS:-direct scg nginx haproxy}"
+UNARY_CONCURRENCIES=(1 32 256)
+H2LOAD_CONCURRENCY=32 # 2 connections of 16 streams, like scg-bench's 2 workers
 SESSION_CONCURRENCY=32
 SESSION_WARMUP=1000
 
@@ -35,11 +52,23 @@ die() {
   exit 1
 }
 
-for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS; do
+for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
   die "need BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_STREAM_REPEATS >= 1 and BENCH_STREAM_BYTES >= BENCH_MESSAGE_BYTES >= 1"
+((REPLICAS >= 2 && REPLICAS <= 3)) || die "BENCH_REPLICAS must be 2 or 3"
+((SOAK_SECS >= 20)) || die "BENCH_SOAK_SECS must be at least 20"
+for path in "${PATHS[@]}"; do
+  [[ $path =~ ^(direct|scg|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
+done
+
+# The proxies and h2load are bench-only packages: the test setup does not need them.
+if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null || ! command -v h2load >/dev/null; then
+  [[ -x /usr/sbin/nginx && -x /usr/sbin/haproxy && -x /usr/bin/h2load ]] || scripts/setup.sh --bench
+fi
+export PATH=$PATH:/usr/sbin
+command -v curl >/dev/null || die "curl is missing (scripts/setup.sh installs it)"
 
 log "building scg, scg-fake-spark and scg-bench in $BUILD"
 cmake --build "$BUILD" -j2 --target scg scg-fake-spark scg-bench >&2
@@ -77,9 +106,10 @@ stop_pid() {
 }
 
 cleanup() {
-  local rc=$? pid
+  local rc=$? i
   trap - EXIT INT TERM
-  for pid in "${CHILDREN[@]}"; do stop_pid "$pid"; done
+  # Newest first: samplers and clients before the servers they watch or call.
+  for ((i = ${#CHILDREN[@]} - 1; i >= 0; i--)); do stop_pid "${CHILDREN[i]}"; done
   if ((rc == 0)); then
     rm -rf "$WORK"
   else
@@ -92,6 +122,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 json_int() { sed -n "s/.*\"$2\": *\([0-9][0-9]*\).*/\1/p" "$1"; }
+
+# A free loopback port (the kernel's pick, released at once): for nginx and
+# haproxy, which cannot report the port they bound.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # wait_port_file FILE PID LOG: up to 10 s for FILE while PID lives.
 wait_port_file() {
@@ -117,6 +151,21 @@ run_bounded() {
   return "$rc"
 }
 
+# wait_routes PORT PID LOG WHAT: up to 50 tries (about 30 s) until one Config call
+# through 127.0.0.1:PORT succeeds.
+wait_routes() {
+  local port=$1 pid=$2 logfile=$3 what=$4 i
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$pid" 2>/dev/null || die "$what exited; see $logfile"
+    if run_bounded 20 "$WORK/probe.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" \
+      --count 1 --concurrency 1 && grep -q '"errors":0' "$WORK/probe.json"; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "$what does not route to the fake after 50 tries; see $logfile"
+}
+
 start_fake() {
   "$BUILD/scg-fake-spark" --listen 127.0.0.1:0 --ui-listen 127.0.0.1:0 --name bench \
     --port-file "$WORK/fake.ports" >"$WORK/fake.log" 2>&1 &
@@ -128,30 +177,137 @@ start_fake() {
   [[ -n $FAKE_PORT && -n $FAKE_UI_PORT ]] || die "unreadable $WORK/fake.ports"
 }
 
-# start_scg TAG: an scg in front of the fake; returns once it routes a call.
+# start_scg TAG [YAML...]: an scg in front of the fake, with extra YAML lines (a
+# cluster: block). Sets STARTED_PID and STARTED_{GRPC,ADMIN,CLUSTER}_PORT; does not
+# wait for routing (a cluster replica routes only once its peers are up).
 start_scg() {
-  local tag=$1 i out
-  cat >"$WORK/$tag.yaml" <<EOF
+  local tag=$1
+  shift
+  {
+    cat <<EOF
 bind_addr: "127.0.0.1:0"
 admin_addr: "127.0.0.1:0"
 backends:
   - { name: bench, address: "127.0.0.1:$FAKE_PORT", ui_url: "http://127.0.0.1:$FAKE_UI_PORT" }
 logging: { level: warn }
 EOF
+    printf '%s\n' "$@"
+  } >"$WORK/$tag.yaml"
   "$BUILD/scg" --config "$WORK/$tag.yaml" --port-file "$WORK/$tag.ports" >"$WORK/$tag.log" 2>&1 &
-  SCG_PID=$!
-  CHILDREN+=("$SCG_PID")
-  wait_port_file "$WORK/$tag.ports" "$SCG_PID" "$WORK/$tag.log"
-  SCG_PORT=$(json_int "$WORK/$tag.ports" grpc)
-  [[ -n $SCG_PORT ]] || die "unreadable $WORK/$tag.ports"
-  for ((i = 0; i < 50; i++)); do
-    if run_bounded 20 "$WORK/probe.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$SCG_PORT" \
-      --count 1 --concurrency 1 && grep -q '"errors":0' "$WORK/probe.json"; then
-      return 0
-    fi
-    sleep 0.2
+  STARTED_PID=$!
+  CHILDREN+=("$STARTED_PID")
+  wait_port_file "$WORK/$tag.ports" "$STARTED_PID" "$WORK/$tag.log"
+  STARTED_GRPC_PORT=$(json_int "$WORK/$tag.ports" grpc)
+  STARTED_ADMIN_PORT=$(json_int "$WORK/$tag.ports" admin)
+  STARTED_CLUSTER_PORT=$(json_int "$WORK/$tag.ports" cluster)
+  [[ -n $STARTED_GRPC_PORT ]] || die "unreadable $WORK/$tag.ports"
+}
+
+# start_gateway TAG: a single scg replica, once it routes a call. Sets SCG_PID, SCG_PORT.
+start_gateway() {
+  start_scg "$1"
+  SCG_PID=$STARTED_PID SCG_PORT=$STARTED_GRPC_PORT
+  wait_routes "$SCG_PORT" "$SCG_PID" "$WORK/$1.log" scg
+}
+
+# nginx as gRPC proxy, tuned as PERFORMANCE-NOTES.md "A fair nginx" says. Its
+# prefix, pid, error log, lock and temp paths are all in $WORK: it writes nothing
+# under /etc, /var or /run, and runs in the foreground as our child (as the
+# current user: when that is root, `user` keeps the workers root too, since they
+# could not otherwise read $WORK). worker_processes auto (2 here): scg and
+# haproxy may use both CPUs, so nginx may too; at c=1 only one worker is busy.
+start_nginx() {
+  local dir=$WORK/nginx user_line=""
+  mkdir -p "$dir/tmp"
+  NGINX_PORT=$(free_port)
+  (($(id -u) == 0)) && user_line="user $(id -un) $(id -gn);"
+  cat >"$dir/nginx.conf" <<EOF
+$user_line
+worker_processes auto;
+worker_rlimit_nofile 16384;
+pid $dir/nginx.pid;
+lock_file $dir/nginx.lock;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  keepalive_requests 10000000;    # the default 1000 sends GOAWAY every 1000 streams
+  keepalive_timeout 600s;
+  http2_max_concurrent_streams 1024;
+  client_max_body_size 0;
+  upstream fake {
+    server 127.0.0.1:$FAKE_PORT;
+    keepalive 512;                # nginx uses one backend connection per call in flight
+    keepalive_requests 10000000;
+    keepalive_timeout 600s;
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PORT http2 reuseport;
+    location / {
+      grpc_pass grpc://fake;
+      grpc_buffer_size 1m;
+      grpc_read_timeout 600s;
+      grpc_send_timeout 600s;
+    }
+  }
+}
+EOF
+  nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon off;' >"$dir/stdout.log" 2>&1 &
+  NGINX_PID=$!
+  CHILDREN+=("$NGINX_PID")
+  wait_routes "$NGINX_PORT" "$NGINX_PID" "$dir/error.log" nginx
+  # The workers: stopped with the master, listed so that a stray one is stopped too.
+  NGINX_PIDS=("$NGINX_PID")
+  local worker
+  for worker in $(pgrep -P "$NGINX_PID"); do
+    NGINX_PIDS+=("$worker")
+    CHILDREN=("$worker" "${CHILDREN[@]}") # stopped after the master
   done
-  die "scg does not route to the fake after 50 tries; see $WORK/$tag.log"
+  log "nginx $(nginx -v 2>&1 | sed 's/.*\///') on 127.0.0.1:$NGINX_PORT, pids ${NGINX_PIDS[*]}"
+}
+
+# HAProxy with HTTP/2 cleartext on both sides, tuned likewise: 1024 streams per
+# connection, backend connections multiplexed and always reused, a 1 MiB HTTP/2
+# window (as nginx's grpc_buffer_size), 64 KiB buffers, two threads (as many as
+# CPUs, like nginx's workers), long timeouts, no logging. Foreground, our child.
+start_haproxy() {
+  local dir=$WORK/haproxy
+  mkdir -p "$dir"
+  HAPROXY_PORT=$(free_port)
+  cat >"$dir/haproxy.cfg" <<EOF
+global
+  nbthread 2
+  maxconn 8000
+  tune.bufsize 65536
+  tune.h2.max-concurrent-streams 1024
+  tune.h2.initial-window-size 1048576
+  pidfile $dir/haproxy.pid
+
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 600s
+  http-reuse always
+
+frontend grpc_in
+  bind 127.0.0.1:$HAPROXY_PORT proto h2
+  default_backend fake
+
+backend fake
+  server fake 127.0.0.1:$FAKE_PORT proto h2
+EOF
+  haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
+  HAPROXY_PID=$!
+  CHILDREN+=("$HAPROXY_PID")
+  wait_routes "$HAPROXY_PORT" "$HAPROXY_PID" "$dir/haproxy.log" haproxy
+  log "haproxy $(haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p') on 127.0.0.1:$HAPROXY_PORT, pid $HAPROXY_PID"
 }
 
 # -------------------------------------------------------------- measurements
@@ -167,6 +323,31 @@ proc_ticks() {
   echo $((fields[11] + fields[12]))
 }
 
+# The processes of a path's middle box (none for direct).
+middle_pids() {
+  case $1 in
+    scg) echo "$SCG_PID" ;;
+    nginx) echo "${NGINX_PIDS[*]}" ;;
+    haproxy) echo "$HAPROXY_PID" ;;
+  esac
+}
+
+# CPU ticks of a path's middle box, all its processes.
+middle_ticks() {
+  local sum=0 pid
+  for pid in $(middle_pids "$1"); do sum=$((sum + $(proc_ticks "$pid"))); done
+  echo "$sum"
+}
+
+path_port() {
+  case $1 in
+    direct) echo "$FAKE_PORT" ;;
+    scg) echo "$SCG_PORT" ;;
+    nginx) echo "$NGINX_PORT" ;;
+    haproxy) echo "$HAPROXY_PORT" ;;
+  esac
+}
+
 # Busy ticks of the whole machine, all CPUs.
 box_busy_ticks() {
   local user nice system irq softirq steal
@@ -176,10 +357,19 @@ box_busy_ticks() {
 
 ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }'; }
 
-status_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"; }
+# status_kib KEY PID...: the sum of a /proc/PID/status field (VmRSS, VmHWM) in KiB.
+status_kib() {
+  local key=$1 sum=0 pid value
+  shift
+  for pid in "$@"; do
+    value=$(awk -v key="$key:" '$1 == key { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+    sum=$((sum + ${value:-0}))
+  done
+  echo "$sum"
+}
 
 # Config calls the fake has answered (its own count, to check the client's); empty
-# if curl is missing or the fake does not answer.
+# if the fake does not answer.
 fake_config_calls() {
   { curl -s --max-time 5 "http://127.0.0.1:$FAKE_UI_PORT/fake/stats" || true; } |
     sed -n 's/.*"Config":\([0-9]*\).*/\1/p'
@@ -187,56 +377,337 @@ fake_config_calls() {
 
 now_s() { date +%s.%N; }
 
-# sample_rss PID OUT: writes PID's highest VmRSS (KiB) to OUT every 0.2 s until PID
-# is gone or this is stopped; at most 2 h.
+# sample_rss OUT PID...: writes the highest summed VmRSS (KiB) of the PIDs to OUT
+# every 0.2 s until the first PID is gone or this is stopped; at most 2 h.
 sample_rss() {
-  local pid=$1 out=$2 max=0 key value rest i
+  local out=$1 max=0 rss i
+  shift
   for ((i = 0; i < 36000; i++)); do
-    [[ -r /proc/$pid/status ]] || return 0
-    while read -r key value rest; do
-      if [[ $key == VmRSS: ]]; then
-        if ((value > max)); then
-          max=$value
-          echo "$max" >"$out"
-        fi
-        break
-      fi
-    done <"/proc/$pid/status"
+    [[ -r /proc/$1/status ]] || return 0
+    rss=$(status_kib VmRSS "$@")
+    if ((rss > max)); then
+      max=$rss
+      echo "$max" >"$out"
+    fi
     sleep 0.2
   done
 }
 
-# run_case KIND CASE LABEL PATH ROUND ARGS...: one scg-bench run against the fake
-# (PATH direct) or scg (PATH scg), appended to the raw records with the CPU that
-# scg, the fake and the whole machine spent meanwhile.
+# Snapshot of the CPU counters around one run: sets M0/F0/B0/T0/C0 or M1/....
+snapshot() {
+  local path=$1 side=$2
+  printf -v "M$side" '%s' "$(middle_ticks "$path")"
+  printf -v "F$side" '%s' "$(proc_ticks "$FAKE_PID")"
+  printf -v "B$side" '%s' "$(box_busy_ticks)"
+  printf -v "T$side" '%s' "$(now_s)"
+}
+
+# cpu_fields PATH: the JSON fields of one run from the two snapshots and the
+# fake's Config count before (CALLS0) and after (CALLS1).
+cpu_fields() {
+  local backend_calls=-1
+  [[ -n $CALLS0 && -n $CALLS1 ]] && backend_calls=$((CALLS1 - CALLS0))
+  printf '"middle_cpu_s":%s,"fake_cpu_s":%s,"box_busy_s":%s,"run_wall_s":%s,"backend_config_calls":%s' \
+    "$(ticks_to_s $((M1 - M0)))" "$(ticks_to_s $((F1 - F0)))" "$(ticks_to_s $((B1 - B0)))" \
+    "$(awk -v a="$T0" -v b="$T1" 'BEGIN { printf "%.3f", b - a }')" "$backend_calls"
+}
+
+# run_case KIND CASE LABEL PATH ROUND ARGS...: one scg-bench run against PATH,
+# appended to the raw records with the CPU its middle box, the fake and the whole
+# machine spent meanwhile.
 run_case() {
-  local kind=$1 name=$2 label=$3 path=$4 round=$5 limit target
+  local kind=$1 name=$2 label=$3 path=$4 round=$5 limit out
   shift 5
-  target=127.0.0.1:$FAKE_PORT
-  [[ $path == scg ]] && target=127.0.0.1:$SCG_PORT
   limit=$((WARMUP_SECS + UNARY_SECS + 60))
   [[ $kind == stream ]] && limit=660
-  local scg0 fake0 busy0 t0 calls0 scg1 fake1 busy1 t1 calls1 out
-  calls0=$(fake_config_calls)
-  scg0=$(proc_ticks "$SCG_PID") fake0=$(proc_ticks "$FAKE_PID") busy0=$(box_busy_ticks) t0=$(now_s)
-  if ! run_bounded "$limit" "$WORK/run.json" "$BUILD/scg-bench" "$kind" --target "$target" "$@"; then
+  CALLS0=$(fake_config_calls)
+  snapshot "$path" 0
+  if ! run_bounded "$limit" "$WORK/run.json" "$BUILD/scg-bench" "$kind" --target "127.0.0.1:$(path_port "$path")" "$@"; then
     die "scg-bench $kind via $path failed: $(cat "$WORK/run.json") (see $WORK/bench-client.log)"
   fi
-  scg1=$(proc_ticks "$SCG_PID") fake1=$(proc_ticks "$FAKE_PID") busy1=$(box_busy_ticks) t1=$(now_s)
-  calls1=$(fake_config_calls)
+  snapshot "$path" 1
+  CALLS1=$(fake_config_calls)
   out=$(<"$WORK/run.json")
   [[ $out == \{*\} ]] || die "scg-bench printed no JSON object: $out"
-  local extra backend_calls=-1
-  [[ -n $calls0 && -n $calls1 ]] && backend_calls=$((calls1 - calls0))
-  extra=$(printf '"kind":"%s","case":"%s","label":"%s","path":"%s","round":%d,"scg_cpu_s":%s,"fake_cpu_s":%s,"box_busy_s":%s,"run_wall_s":%s,"backend_config_calls":%s' \
-    "$kind" "$name" "$label" "$path" "$round" "$(ticks_to_s $((scg1 - scg0)))" \
-    "$(ticks_to_s $((fake1 - fake0)))" "$(ticks_to_s $((busy1 - busy0)))" \
-    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$backend_calls")
-  echo "${out%\}},$extra}" >>"$RAW"
+  printf '%s,"kind":"%s","case":"%s","label":"%s","path":"%s","round":%d,%s}\n' \
+    "${out%\}}" "$kind" "$name" "$label" "$path" "$round" "$(cpu_fields "$path")" >>"$RAW"
   log "#$round $label $path: $out"
   if [[ $kind == unary ]] && ! [[ $out == *'"errors_total":0'* ]]; then
     log "WARNING: $label via $path had failed calls (see $WORK/bench-client.log)"
   fi
+}
+
+# run_h2load PATH ROUND: unary Config through h2load (nghttp2), the independent
+# load generator: H2LOAD_CONCURRENCY calls in flight over 2 connections for
+# UNARY_SECS. h2load counts a gRPC error as a success (the HTTP status is 200), so
+# its count is checked against the fake's own count, loudly.
+run_h2load() {
+  local path=$1 round=$2 out="$WORK/h2load.out" streams=$((H2LOAD_CONCURRENCY / 2))
+  run_bounded 20 "$WORK/frame.json" "$BUILD/scg-bench" frame-config --out "$WORK/config.frame" ||
+    die "scg-bench frame-config failed"
+  rm -f "$WORK/h2load.requests"
+  CALLS0=$(fake_config_calls)
+  snapshot "$path" 0
+  # bash's `times` after h2load gives h2load's CPU (its children's line).
+  run_bounded $((UNARY_SECS + 60)) "$out" bash -c '"$@"; rc=$?; times >"$0"; exit $rc' "$WORK/h2load.times" \
+    h2load -D "$UNARY_SECS" -c 2 -m "$streams" -t 1 \
+    -d "$WORK/config.frame" -H 'content-type: application/grpc' -H 'te: trailers' \
+    --log-file="$WORK/h2load.requests" "http://127.0.0.1:$(path_port "$path")/spark.connect.SparkConnectService/Config" ||
+    die "h2load via $path failed: $(tail -5 "$out")"
+  snapshot "$path" 1
+  CALLS1=$(fake_config_calls)
+  local rps started completed ok failed errored timeouts p50 p99
+  rps=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")
+  read -r started completed ok failed errored timeouts < <(sed -n \
+    's/^requests: [0-9]* total, \([0-9]*\) started, \([0-9]*\) done, \([0-9]*\) succeeded, \([0-9]*\) failed, \([0-9]*\) errored, \([0-9]*\) timeout.*/\1 \2 \3 \4 \5 \6/p' "$out")
+  [[ -n $rps && -n $ok ]] || die "unreadable h2load output: $(cat "$out")"
+  local client_cpu
+  client_cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] }
+    printf "%.3f", n }' "$WORK/h2load.times")
+  # Latency of the successful requests, from h2load's per-request log (µs, third column).
+  read -r p50 p99 < <(awk -F'\t' '$2 == 200 { print $3 }' "$WORK/h2load.requests" | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR == 0) { print 0, 0; exit }
+      i = int(NR * 0.5 + 0.999999); j = int(NR * 0.99 + 0.999999); print v[i], v[j] }')
+  printf '{"rps":%s,"rpcs":%d,"errors":%d,"p50_us":%d,"p99_us":%d,"concurrency":%d,"seconds":%d,"rpcs_total":%d,"started":%d,"client_cpu_s":%s,"process_cpu_s":%s,"kind":"h2load","case":"h2load_c%d","label":"h2load c=%d","path":"%s","round":%d,%s}\n' \
+    "$rps" "$ok" $((failed + errored + timeouts)) "$p50" "$p99" "$H2LOAD_CONCURRENCY" "$UNARY_SECS" "$completed" "$started" "${client_cpu:-0}" "${client_cpu:-0}" \
+    "$H2LOAD_CONCURRENCY" "$H2LOAD_CONCURRENCY" "$path" "$round" "$(cpu_fields "$path")" >>"$RAW"
+  log "#$round h2load c=$H2LOAD_CONCURRENCY $path: $rps req/s, $ok succeeded, $((failed + errored + timeouts)) failed, p50 ${p50} µs, p99 ${p99} µs; backend counted $((CALLS1 - CALLS0))"
+  if [[ -n $CALLS0 && -n $CALLS1 ]] && ((CALLS1 - CALLS0 < ok)); then
+    log "!!!!!!!! MISMATCH: h2load via $path counted $ok successes but the backend answered only $((CALLS1 - CALLS0)) Config calls: h2load is counting gRPC errors as successes"
+  fi
+}
+
+# ------------------------------------------------------------------- phases
+
+start_servers() {
+  start_fake
+  start_gateway scg
+  log "fake on 127.0.0.1:$FAKE_PORT (pid $FAKE_PID), scg on 127.0.0.1:$SCG_PORT (pid $SCG_PID)"
+  [[ " ${PATHS[*]} " == *" nginx "* ]] && start_nginx
+  [[ " ${PATHS[*]} " == *" haproxy "* ]] && start_haproxy
+  return 0
+}
+
+# What scg costs doing nothing (its timers and thread pools), before any load.
+measure_idle() {
+  local secs=5 t0 t1 cores
+  t0=$(proc_ticks "$SCG_PID")
+  sleep "$secs"
+  t1=$(proc_ticks "$SCG_PID")
+  cores=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v s="$secs" 'BEGIN { printf "%.3f", t / hz / s }')
+  echo "{\"kind\":\"idle\",\"scg_idle_cores\":$cores,\"seconds\":$secs}" >>"$RAW"
+  log "scg idle for ${secs}s: $cores cores"
+}
+
+# The rounds: every workload on every path, the order of the paths rotating from
+# round to round so that drift over a round favours none.
+load_rounds() {
+  local round i repeat path concurrency order
+  local warm_bytes=$((STREAM_BYTES < (256 << 20) ? STREAM_BYTES : 256 << 20))
+  local stream_label="stream $((STREAM_BYTES >> 20)) MiB / $((MESSAGE_BYTES >> 20)) MiB msgs"
+  # The first large stream a process serves is slower (its allocator adapts to the
+  # big messages): warm every path up once, unmeasured.
+  for path in "${PATHS[@]}"; do
+    run_bounded 660 "$WORK/warm.json" "$BUILD/scg-bench" stream --target "127.0.0.1:$(path_port "$path")" \
+      --bytes "$warm_bytes" --message-bytes "$MESSAGE_BYTES" || die "warm-up stream via $path failed"
+  done
+  for ((round = 1; round <= ROUNDS; round++)); do
+    order=()
+    for ((i = 0; i < ${#PATHS[@]}; i++)); do order+=("${PATHS[(i + round - 1) % ${#PATHS[@]}]}"); done
+    log "round $round of $ROUNDS: ${order[*]}"
+    for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
+      for path in "${order[@]}"; do
+        run_case unary "unary_c$concurrency" "unary c=$concurrency" "$path" "$round" \
+          --concurrency "$concurrency" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS"
+      done
+    done
+    for path in "${order[@]}"; do run_h2load "$path" "$round"; done
+    # A stream is short: several samples per round, each path once per sample, so
+    # that a burst of foreign load spoils one sample, not a round.
+    for ((repeat = 1; repeat <= STREAM_REPEATS; repeat++)); do
+      for path in "${order[@]}"; do
+        run_case stream stream "$stream_label" "$path" $(((round - 1) * STREAM_REPEATS + repeat)) \
+          --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
+      done
+    done
+  done
+}
+
+# Peak memory of each middle box over the rounds: sampled VmRSS and the kernel's VmHWM.
+declare -A SAMPLER_PIDS=()
+start_rss_samplers() {
+  local path pids
+  for path in "${PATHS[@]}"; do
+    [[ $path == direct ]] && continue
+    read -r -a pids <<<"$(middle_pids "$path")"
+    sample_rss "$WORK/rss-$path.max" "${pids[@]}" &
+    SAMPLER_PIDS[$path]=$!
+    CHILDREN+=("$!")
+  done
+}
+
+stop_rss_samplers() {
+  local path pids max hwm
+  for path in "${!SAMPLER_PIDS[@]}"; do
+    stop_pid "${SAMPLER_PIDS[$path]}"
+    read -r -a pids <<<"$(middle_pids "$path")"
+    max=$(cat "$WORK/rss-$path.max" 2>/dev/null || echo 0)
+    hwm=$(status_kib VmHWM "${pids[@]}")
+    echo "{\"kind\":\"memory\",\"path\":\"$path\",\"max_rss_kib\":$max,\"hwm_kib\":$hwm}" >>"$RAW"
+    log "$path RSS under load: sampled max $max KiB, VmHWM $hwm KiB"
+  done
+}
+
+# Idle sessions on a fresh scg: after the load phase the allocator holds freed
+# stream buffers that new sessions would reuse, hiding their cost.
+idle_sessions() {
+  local before after out
+  stop_pid "$SCG_PID"
+  start_gateway scg-sessions
+  run_bounded 120 "$WORK/warm.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$SCG_PORT" \
+    --count "$SESSION_WARMUP" --concurrency "$SESSION_CONCURRENCY" || die "session warm-up failed"
+  sleep 1
+  before=$(status_kib VmRSS "$SCG_PID")
+  run_bounded 600 "$WORK/sessions.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$SCG_PORT" \
+    --count "$SESSIONS" --concurrency "$SESSION_CONCURRENCY" || die "opening $SESSIONS sessions failed"
+  sleep 2
+  after=$(status_kib VmRSS "$SCG_PID")
+  out=$(<"$WORK/sessions.json")
+  echo "${out%\}},\"kind\":\"sessions\",\"rss_before_kib\":$before,\"rss_after_kib\":$after}" >>"$RAW"
+  log "sessions: $out; scg RSS $before -> $after KiB"
+  stop_pid "$SCG_PID"
+}
+
+admin_get() { curl -s --max-time 2 "http://127.0.0.1:$1$2" || true; }
+
+# Sessions in replica's replicated table (scg_sessions_active on /metrics); empty if unreadable.
+replica_sessions() { admin_get "$1" /metrics | sed -n 's/^scg_sessions_active \([0-9]*\).*/\1/p'; }
+
+# wait_mesh ADMIN_PORT...: up to 30 s until every replica is ready and sees all
+# the others up.
+wait_mesh() {
+  local i port body up all
+  for ((i = 0; i < 150; i++)); do
+    all=1
+    for port in "$@"; do
+      body=$(admin_get "$port" /api/v1/cluster)
+      up=$(grep -o '"status":"[a-z]*"' <<<"$body" | grep -vc '"down"' || true)
+      [[ $up == "$#" && $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/readyz") == 200 ]] || all=0
+    done
+    ((all)) && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# The cluster's replication rate: REPLICAS scg replicas with a cluster: block, one
+# fake; REPL_SESSIONS new sessions are opened on replica 1 while replica 2's
+# replicated table is polled every 50 ms until it holds them all (at most 120 s).
+replication() {
+  local r pids=() admins=() grpc1="" seed="" base t0 t_seen="" i n open_s bench_pid complete=true
+  for ((r = 1; r <= REPLICAS; r++)); do
+    start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
+      "  seeds: [${seed}]" "  sync_wait_secs: 3"
+    pids+=("$STARTED_PID")
+    admins+=("$STARTED_ADMIN_PORT")
+    [[ -z $seed ]] && seed="\"127.0.0.1:$STARTED_CLUSTER_PORT\"" grpc1=$STARTED_GRPC_PORT
+  done
+  if ! wait_mesh "${admins[@]}"; then
+    log "WARNING: the $REPLICAS replicas did not form a cluster within 30 s; no replication figure (see $WORK/replica-*.log)"
+    for r in "${pids[@]}"; do stop_pid "$r"; done
+    return 0
+  fi
+  wait_routes "$grpc1" "${pids[0]}" "$WORK/replica-1.log" "replica 1"
+  sleep 1
+  base=$(replica_sessions "${admins[1]}")
+  [[ -n $base ]] || die "replica 2 has no scg_sessions_active in /metrics"
+  t0=$(now_s)
+  timeout --kill-after=5 300 "$BUILD/scg-bench" sessions --target "127.0.0.1:$grpc1" --count "$REPL_SESSIONS" \
+    --concurrency "$SESSION_CONCURRENCY" >"$WORK/repl.json" 2>>"$WORK/bench-client.log" &
+  bench_pid=$!
+  CHILDREN+=("$bench_pid")
+  for ((i = 0; i < 2400; i++)); do
+    n=$(replica_sessions "${admins[1]}")
+    if [[ -n $n ]] && ((n - base >= REPL_SESSIONS)); then
+      t_seen=$(now_s)
+      break
+    fi
+    sleep 0.05
+  done
+  wait "$bench_pid" || die "opening sessions on replica 1 failed: $(cat "$WORK/repl.json")"
+  forget_child "$bench_pid"
+  if [[ -z $t_seen ]]; then
+    complete=false t_seen=$(now_s)
+    log "WARNING: replica 2 showed $((n - base)) of $REPL_SESSIONS new bindings after 120 s"
+  fi
+  open_s=$(json_seconds "$WORK/repl.json")
+  local out
+  out=$(<"$WORK/repl.json")
+  printf '{"kind":"replication","replicas":%d,"sessions":%d,"errors":%d,"open_s":%s,"visible_s":%s,"seen":%d,"complete":%s}\n' \
+    "$REPLICAS" "$REPL_SESSIONS" "$(json_int "$WORK/repl.json" errors)" "$open_s" \
+    "$(awk -v a="$t0" -v b="$t_seen" 'BEGIN { printf "%.3f", b - a }')" "$((n - base))" "$complete" >>"$RAW"
+  log "replication: $out; replica 2 saw $((n - base)) new bindings after $(awk -v a="$t0" -v b="$t_seen" 'BEGIN { printf "%.2f", b - a }') s"
+  for ((r = ${#pids[@]} - 1; r >= 0; r--)); do stop_pid "${pids[r]}"; done
+}
+
+json_seconds() { sed -n 's/.*"seconds": *\([0-9.]*\).*/\1/p' "$1"; }
+
+write_meta() {
+  local build_type allocator cpu_model end_binary
+  end_binary=$(sha256sum "$BUILD/scg" | cut -c1-12)
+  [[ $end_binary == "$SCG_BINARY" ]] ||
+    log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $end_binary); later phases may have run the new one"
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
+  allocator=glibc
+  ldd "$BUILD/scg" 2>/dev/null | grep -q jemalloc && allocator=jemalloc
+  cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s"}\n' \
+    "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((${BENCH_QUICK:-0} == 1))" "$REV" "$build_type" "$allocator" "$SCG_BINARY" "$end_binary" \
+    "${cpu_model//\"/}" "$(nproc)" "$(uname -r)" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" "${PATHS[*]}" \
+    "$ROUNDS" "$STREAM_REPEATS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" \
+    "$REPL_SESSIONS" "$REPLICAS" "$H2LOAD_CONCURRENCY" "$(nginx -v 2>&1 | sed 's/.*\///')" "$(nproc)" \
+    "$(haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p')" "$(h2load --version | sed -n '1s/.*\///p')" >>"$RAW"
+}
+
+# Steady unary (c=32) and back-to-back streams through one scg for SOAK_SECS,
+# scg's RSS sampled every 10 s: does it grow?
+soak() {
+  local t0 unary_pid sampler_pid streams=0 failures=0 i stream_bytes=$((STREAM_BYTES < (256 << 20) ? STREAM_BYTES : 256 << 20))
+  start_fake
+  start_gateway scg
+  log "soak for ${SOAK_SECS}s through scg (pid $SCG_PID): unary c=32 and $((stream_bytes >> 20)) MiB streams"
+  t0=$(now_s)
+  timeout --kill-after=5 $((SOAK_SECS + 60)) "$BUILD/scg-bench" unary --target "127.0.0.1:$SCG_PORT" \
+    --concurrency 32 --duration-secs "$SOAK_SECS" --warmup-secs 0 >"$WORK/soak-unary.json" 2>>"$WORK/bench-client.log" &
+  unary_pid=$!
+  CHILDREN+=("$unary_pid")
+  # Samples at 10, 20, ... s: under load from the first one on.
+  (
+    for ((i = 0; i <= SOAK_SECS / 10; i++)); do
+      sleep 10
+      [[ -r /proc/$SCG_PID/status ]] || exit 0
+      printf '{"kind":"soak_sample","t_s":%s,"rss_kib":%d}\n' \
+        "$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }')" "$(status_kib VmRSS "$SCG_PID")" >>"$RAW"
+    done
+  ) &
+  sampler_pid=$!
+  CHILDREN+=("$sampler_pid")
+  for ((i = 0; i < 100000; i++)); do
+    kill -0 "$unary_pid" 2>/dev/null || break
+    if run_bounded 660 "$WORK/soak-stream.json" "$BUILD/scg-bench" stream --target "127.0.0.1:$SCG_PORT" \
+      --bytes "$stream_bytes" --message-bytes "$MESSAGE_BYTES"; then
+      streams=$((streams + 1))
+    else
+      failures=$((failures + 1))
+    fi
+  done
+  wait "$unary_pid" || die "the soak's unary load failed: $(cat "$WORK/soak-unary.json")"
+  forget_child "$unary_pid"
+  stop_pid "$sampler_pid"
+  printf '{"kind":"soak","seconds":%d,"unary_rpcs":%s,"unary_errors":%s,"streams":%d,"stream_failures":%d,"stream_bytes":%d}\n' \
+    "$SOAK_SECS" "$(json_int "$WORK/soak-unary.json" rpcs)" "$(json_int "$WORK/soak-unary.json" errors_total)" \
+    "$streams" "$failures" "$stream_bytes" >>"$RAW"
+  log "soak done: $(cat "$WORK/soak-unary.json"); $streams streams, $failures failed"
 }
 
 # ---------------------------------------------------------------------- run
@@ -244,93 +715,27 @@ run_case() {
 mkdir -p bench-results
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-log "load average before: $LOAD_START; rounds=$ROUNDS unary=${UNARY_SECS}s (+${WARMUP_SECS}s warm-up)" \
-  "stream=$STREAM_BYTES bytes in $MESSAGE_BYTES-byte messages, sessions=$SESSIONS"
 
-start_fake
-start_scg scg
-log "fake on 127.0.0.1:$FAKE_PORT (pid $FAKE_PID), scg on 127.0.0.1:$SCG_PORT (pid $SCG_PID)"
-
-# What scg costs doing nothing (its timers and thread pools), before any load.
-IDLE_SECS=5
-idle0=$(proc_ticks "$SCG_PID")
-sleep "$IDLE_SECS"
-idle1=$(proc_ticks "$SCG_PID")
-SCG_IDLE_CORES=$(awk -v t=$((idle1 - idle0)) -v hz="$CLK_TCK" -v s="$IDLE_SECS" 'BEGIN { printf "%.3f", t / hz / s }')
-echo "{\"kind\":\"idle\",\"scg_idle_cores\":$SCG_IDLE_CORES,\"seconds\":$IDLE_SECS}" >>"$RAW"
-log "scg idle for ${IDLE_SECS}s: $SCG_IDLE_CORES cores"
-
-sample_rss "$SCG_PID" "$WORK/rss.max" &
-SAMPLER_PID=$!
-CHILDREN+=("$SAMPLER_PID")
-
-# The first large stream a process serves is slower (its allocator adapts to the
-# big messages): warm both paths up once, unmeasured.
-WARM_STREAM_BYTES=$((STREAM_BYTES < (256 << 20) ? STREAM_BYTES : 256 << 20))
-for target in "127.0.0.1:$FAKE_PORT" "127.0.0.1:$SCG_PORT"; do
-  run_bounded 660 "$WORK/warm.json" "$BUILD/scg-bench" stream --target "$target" \
-    --bytes "$WARM_STREAM_BYTES" --message-bytes "$MESSAGE_BYTES" || die "warm-up stream to $target failed"
-done
-
-STREAM_LABEL="stream $((STREAM_BYTES >> 20)) MiB / $((MESSAGE_BYTES >> 20)) MiB msgs"
-for ((round = 1; round <= ROUNDS; round++)); do
-  # Alternate which path goes first, so drift over a round does not favour one.
-  paths=(direct scg)
-  ((round % 2 == 0)) && paths=(scg direct)
-  for concurrency in 1 32; do
-    for path in "${paths[@]}"; do
-      run_case unary "unary_c$concurrency" "unary c=$concurrency" "$path" "$round" \
-        --concurrency "$concurrency" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS"
-    done
-  done
-  # A stream takes well under a second: take several pairs per round, each pair
-  # its own sample, so that a burst of foreign load spoils one sample, not a round.
-  for ((repeat = 1; repeat <= STREAM_REPEATS; repeat++)); do
-    for path in "${paths[@]}"; do
-      run_case stream stream "$STREAM_LABEL" "$path" $(((round - 1) * STREAM_REPEATS + repeat)) \
-        --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
-    done
-  done
-done
-
-stop_pid "$SAMPLER_PID"
-MAX_RSS=$(cat "$WORK/rss.max" 2>/dev/null || echo 0)
-HWM=$(status_kib "$SCG_PID" VmHWM)
-echo "{\"kind\":\"memory\",\"scg_max_rss_kib\":$MAX_RSS,\"scg_hwm_kib\":${HWM:-0}}" >>"$RAW"
-log "scg RSS under load: sampled max ${MAX_RSS} KiB, VmHWM ${HWM} KiB"
-
-# Idle sessions on a fresh scg: after the load phase the allocator holds freed
-# stream buffers that new sessions would reuse, hiding their cost.
-stop_pid "$SCG_PID"
-start_scg scg-sessions
-run_bounded 120 "$WORK/warm.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$SCG_PORT" \
-  --count "$SESSION_WARMUP" --concurrency "$SESSION_CONCURRENCY" || die "session warm-up failed"
-sleep 1
-RSS_BEFORE=$(status_kib "$SCG_PID" VmRSS)
-if ((SESSIONS > 0)); then
-  run_bounded 600 "$WORK/sessions.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$SCG_PORT" \
-    --count "$SESSIONS" --concurrency "$SESSION_CONCURRENCY" || die "opening $SESSIONS sessions failed"
-  sleep 2
-  RSS_AFTER=$(status_kib "$SCG_PID" VmRSS)
-  out=$(<"$WORK/sessions.json")
-  echo "${out%\}},\"kind\":\"sessions\",\"rss_before_kib\":$RSS_BEFORE,\"rss_after_kib\":$RSS_AFTER}" >>"$RAW"
-  log "sessions: $out; scg RSS $RSS_BEFORE -> $RSS_AFTER KiB"
+if [[ $MODE == soak ]]; then
+  soak
+  OUT=bench-results/soak-$STAMP
+else
+  log "load average before: $LOAD_START; paths: ${PATHS[*]}; rounds=$ROUNDS unary=${UNARY_SECS}s" \
+    "(+${WARMUP_SECS}s warm-up) at c=${UNARY_CONCURRENCIES[*]}, h2load c=$H2LOAD_CONCURRENCY," \
+    "stream=$STREAM_BYTES bytes in $MESSAGE_BYTES-byte messages, sessions=$SESSIONS," \
+    "replication: $REPL_SESSIONS sessions over $REPLICAS replicas"
+  start_servers
+  measure_idle
+  start_rss_samplers
+  load_rounds
+  stop_rss_samplers
+  ((SESSIONS > 0)) && idle_sessions
+  ((REPL_SESSIONS > 0)) && replication
+  OUT=bench-results/bench-$STAMP
 fi
+write_meta
 
-LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
-SCG_BINARY_END=$(sha256sum "$BUILD/scg" | cut -c1-12)
-[[ $SCG_BINARY_END == "$SCG_BINARY" ]] ||
-  log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $SCG_BINARY_END); the session phase may have run the new one"
-BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
-ALLOCATOR=glibc
-ldd "$BUILD/scg" 2>/dev/null | grep -q jemalloc && ALLOCATOR=jemalloc
-CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-printf '{"kind":"meta","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d}\n' \
-  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(( ${BENCH_QUICK:-0} == 1 ))" "$REV" "$BUILD_TYPE" "$ALLOCATOR" "$SCG_BINARY" "$SCG_BINARY_END" "${CPU_MODEL//\"/}" "$(nproc)" "$(uname -r)" \
-  "$LOAD_START" "$LOAD_END" "$ROUNDS" "$STREAM_REPEATS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" >>"$RAW"
-
-OUT=bench-results/bench-$STAMP
 cp "$RAW" "$OUT.raw.jsonl"
 "$BUILD/scg-bench" report --raw "$RAW" --json "$OUT.json" --markdown "$OUT.md"
-log "load average after: $LOAD_END"
+log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 log "wrote $OUT.json, $OUT.md and $OUT.raw.jsonl"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian bookworm packages scg needs to build, test and benchmark.
 # Idempotent; skips apt when everything is already installed.
+#
+#   scripts/setup.sh           what the build, the tests and the demo need
+#   scripts/setup.sh --bench   that, plus the benchmark's comparison proxies and
+#                              h2load (scripts/bench.sh calls this when they are missing)
 set -euo pipefail
 
 packages=(
@@ -10,6 +14,20 @@ packages=(
   catch2 libasio-dev libssl-dev libjemalloc-dev
   curl procps iproute2 python3 python3-yaml openssl
 )
+
+# Bench only: nginx and HAProxy to compare scg with, h2load as a second load
+# generator. bench.sh runs its own instances from its temp dir; it needs no
+# system service.
+bench_packages=(nginx-light haproxy nghttp2-client)
+
+case "${1:-}" in
+  "") ;;
+  --bench) packages+=("${bench_packages[@]}") ;;
+  *)
+    echo "usage: scripts/setup.sh [--bench]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

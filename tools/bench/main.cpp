@@ -4,6 +4,7 @@
 //                      [--warmup-secs W] [--threads T]
 //   scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]
 //   scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T]
+//   scg-bench frame-config --out FILE [--session-id ID]
 //   scg-bench report   --raw FILE [--json FILE] [--markdown FILE]
 //
 // Each load subcommand prints one JSON line on stdout; diagnostics go to stderr.
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,6 +54,7 @@ constexpr const char* usage =
     "                          [--warmup-secs W] [--threads T]\n"
     "       scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]\n"
     "       scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T]\n"
+    "       scg-bench frame-config --out FILE [--session-id ID]\n"
     "       scg-bench report   --raw FILE [--json FILE] [--markdown FILE]\n";
 
 // ------------------------------------------------------------------ arguments
@@ -458,18 +461,55 @@ int run_stream(cli_args& args) {
   return 1;
 }
 
+// ------------------------------------------------------------- the h2load body
+
+/// Writes one gRPC-framed ConfigRequest (the 5-byte prefix: uncompressed flag and
+/// big-endian length, then the message) for h2load's `-d FILE`. Every h2load
+/// request then carries the same session, so this names one session id per file.
+int run_frame_config(cli_args& args) {
+  const auto out_path = args.text("out");
+  const auto session_id = args.text("session-id", session_uuid(run_nonce(), 0));
+  if (!args.finish()) return 2;
+  sc::ConfigRequest request;
+  request.set_session_id(session_id);
+  request.mutable_user_context()->set_user_id(bench_user);
+  std::string body;
+  if (!request.SerializeToString(&body)) {
+    std::fprintf(stderr, "scg-bench: cannot serialize the ConfigRequest\n");
+    return 1;
+  }
+  const auto length = static_cast<uint32_t>(body.size());
+  const char prefix[5] = {0, static_cast<char>(length >> 24), static_cast<char>(length >> 16),
+                          static_cast<char>(length >> 8), static_cast<char>(length)};
+  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+  out.write(prefix, sizeof prefix);
+  out << body;
+  if (!out) {
+    std::fprintf(stderr, "scg-bench: cannot write %s\n", out_path.c_str());
+    return 1;
+  }
+  json line = {{"file", out_path}, {"bytes", body.size() + sizeof prefix}, {"session_id", session_id}};
+  std::printf("%s\n", line.dump().c_str());
+  return 0;
+}
+
 // ------------------------------------------------------------------- the report
 //
 // bench.sh appends one JSON object per line to a raw file:
 //   {"kind":"meta", ...}                       the machine and the settings
-//   {"kind":"unary","case":C,"path":"direct"|"scg","round":R, <unary line>, <cpu fields>}
-//   {"kind":"stream","case":C,"path":...,"round":R, <stream line>, <cpu fields>}
-//     (for streams R numbers samples: several direct/scg pairs per round)
+//   {"kind":"unary"|"h2load"|"stream","case":C,"path":P,"round":R, <load line>, <cpu fields>}
+//     P is direct, scg, nginx or haproxy; for streams R numbers samples (several per
+//     round). h2load lines carry rps, p50_us, p99_us, rpcs (h2load's "succeeded"),
+//     errors, rpcs_total, started, and client_cpu_s (h2load's CPU, from bash's `times`).
 //   {"kind":"idle", "scg_idle_cores":..., "seconds":...}   scg's CPU before any load
-//   {"kind":"memory", "scg_max_rss_kib":..., "scg_hwm_kib":...}
+//   {"kind":"memory", "path":P, "max_rss_kib":..., "hwm_kib":...}   a middle box under load
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
-// <cpu fields> are scg_cpu_s, fake_cpu_s, box_busy_s (all CPUs) and run_wall_s of the
-// run, and backend_config_calls: the Config calls the fake counted meanwhile.
+//   {"kind":"replication", "replicas", "sessions", "errors", "open_s", "visible_s"}
+//   {"kind":"soak_sample", "t_s", "rss_kib"} and {"kind":"soak", "seconds", ...}
+// <cpu fields> are middle_cpu_s (scg, nginx's master and workers, or haproxy; 0 for
+// direct), fake_cpu_s, box_busy_s (all CPUs) and run_wall_s of the run, and
+// backend_config_calls: the Config calls the fake counted meanwhile (-1: unknown).
+// Older raw files (scg_cpu_s, scg_max_rss_kib) are read too.
 
 /// Median and range of a few samples.
 struct spread {
@@ -477,7 +517,10 @@ struct spread {
   size_t n = 0;
 };
 
+/// Non-finite values (a figure a run could not measure) are left out.
 spread spread_of(std::vector<double> values) {
+  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }),
+               values.end());
   spread out;
   out.n = values.size();
   if (values.empty()) return out;
@@ -490,6 +533,7 @@ spread spread_of(std::vector<double> values) {
 }
 
 json to_json(const spread& s, int digits) {
+  if (s.n == 0) return nullptr;
   return {{"median", round_to(s.median, digits)}, {"min", round_to(s.min, digits)},
           {"max", round_to(s.max, digits)}, {"n", s.n}};
 }
@@ -507,19 +551,33 @@ std::string show(const spread& s, int digits) {
   return fixed(s.median, digits) + " (" + fixed(s.min, digits) + "–" + fixed(s.max, digits) + ")";
 }
 
+/// The median alone; "–" when there are no samples.
+std::string show_median(const spread& s, int digits) { return s.n ? fixed(s.median, digits) : "–"; }
+
 double num(const json& record, const char* key) {
   auto it = record.find(key);
   return it != record.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-/// The runs of one case, both paths, by round.
+const std::vector<std::string> path_order = {"direct", "scg", "nginx", "haproxy"};
+/// The ratios the report shows, numerator first; each is paired per round.
+const std::vector<std::pair<std::string, std::string>> ratio_pairs = {
+    {"scg", "direct"}, {"scg", "nginx"}, {"scg", "haproxy"}, {"nginx", "direct"}, {"haproxy", "direct"}};
+
+/// The runs of one case: path -> round -> record.
 struct case_runs {
   std::string name, kind, label;
-  std::map<int, json> direct, scg;
+  std::map<std::string, std::map<int, json>> paths;
+  bool unary() const { return kind != "stream"; }
+  const std::map<int, json>* runs(const std::string& path) const {
+    auto it = paths.find(path);
+    return it == paths.end() ? nullptr : &it->second;
+  }
 };
 
 /// One table row: a label per column and its values.
 using row = std::vector<std::string>;
+using metric_fn = std::function<double(const json&)>;
 
 std::string markdown_table(const row& header, const std::vector<row>& rows) {
   auto line = [](const row& cells) {
@@ -553,7 +611,7 @@ std::string text_table(const row& header, const std::vector<row>& rows) {
     std::string out;
     for (size_t i = 0; i < r.size(); ++i) {
       out += r[i];
-      if (i + 1 < r.size()) out += std::string(width[i] - display_width(r[i]) + 2, ' ');
+      if (i + 1 < r.size() && i < width.size()) out += std::string(width[i] - display_width(r[i]) + 2, ' ');
     }
     return out + "\n";
   };
@@ -562,34 +620,346 @@ std::string text_table(const row& header, const std::vector<row>& rows) {
   return out;
 }
 
-/// Per-round values of `metric` for one path.
-std::vector<double> values(const std::map<int, json>& runs, const std::function<double(const json&)>& metric) {
+/// Per-round values of `metric` for one path; none when the path did not run.
+std::vector<double> values(const std::map<int, json>* runs, const metric_fn& metric) {
   std::vector<double> out;
-  for (const auto& [round, record] : runs) out.push_back(metric(record));
+  if (runs)
+    for (const auto& [round, record] : *runs) out.push_back(metric(record));
   return out;
 }
 
-/// scg/direct of `metric`, paired round by round.
-std::vector<double> ratios(const case_runs& c, const std::function<double(const json&)>& metric) {
+/// a/b of `metric`, paired round by round.
+std::vector<double> ratios(const case_runs& c, const std::string& a, const std::string& b, const metric_fn& metric) {
   std::vector<double> out;
-  for (const auto& [round, scg_record] : c.scg) {
-    auto direct = c.direct.find(round);
-    if (direct == c.direct.end()) continue;
-    const double base = metric(direct->second);
-    if (base > 0) out.push_back(metric(scg_record) / base);
+  const auto *top = c.runs(a), *bottom = c.runs(b);
+  if (!top || !bottom) return out;
+  for (const auto& [round, record] : *top) {
+    auto other = bottom->find(round);
+    if (other == bottom->end()) continue;
+    const double base = metric(other->second);
+    if (base > 0 && std::isfinite(base)) out.push_back(metric(record) / base);
   }
   return out;
 }
 
+const double not_measured = std::numeric_limits<double>::quiet_NaN();
+
+double middle_cpu(const json& r) { return r.contains("middle_cpu_s") ? num(r, "middle_cpu_s") : num(r, "scg_cpu_s"); }
+
+/// The load generator's CPU (scg-bench's process_cpu_s also covers its start-up
+/// and connecting); not measured in old raw files without it.
+double client_cpu(const json& r) {
+  if (r.contains("process_cpu_s")) return num(r, "process_cpu_s");
+  if (r.contains("client_cpu_s")) return num(r, "client_cpu_s");
+  return not_measured;
+}
+
+/// `cpu` per 100k calls (unary) or per GiB (stream).
+double per_work(const json& r, double cpu, bool unary) {
+  const double work = unary ? num(r, "rpcs_total") / 1e5 : num(r, "bytes") / double(1 << 30);
+  return work > 0 ? cpu / work : not_measured;
+}
+
 /// CPU the rest of the machine spent during a run, in cores: everything busy
-/// minus scg, the fake and scg-bench.
+/// minus the middle box, the fake and the client.
 double foreign_cores(const json& r) {
   const double wall = num(r, "run_wall_s");
-  if (wall <= 0) return 0;
-  // process_cpu_s also covers scg-bench's start-up and connecting, client_cpu_s only the load.
-  const double client = r.contains("process_cpu_s") ? num(r, "process_cpu_s") : num(r, "client_cpu_s");
-  const double ours = num(r, "scg_cpu_s") + num(r, "fake_cpu_s") + client;
-  return std::max(0.0, num(r, "box_busy_s") - ours) / wall;
+  const double client = client_cpu(r);
+  if (wall <= 0 || !std::isfinite(client)) return not_measured;
+  return std::max(0.0, num(r, "box_busy_s") - middle_cpu(r) - num(r, "fake_cpu_s") - client) / wall;
+}
+
+/// The per-kind figures: throughput and its unit, digits, and how CPU is counted.
+struct figures {
+  metric_fn throughput, middle_cpu_per_work, chain_cpu_per_work, fake_cores, client_cores;
+  std::string unit, cpu_unit;
+};
+
+figures figures_for(bool unary) {
+  figures f;
+  f.throughput = [unary](const json& r) { return num(r, unary ? "rps" : "mb_per_s"); };
+  f.middle_cpu_per_work = [unary](const json& r) {
+    return r.value("path", "") == "direct" ? not_measured : per_work(r, middle_cpu(r), unary);
+  };
+  f.chain_cpu_per_work = [unary](const json& r) {
+    return per_work(r, middle_cpu(r) + num(r, "fake_cpu_s") + client_cpu(r), unary);
+  };
+  f.fake_cores = [](const json& r) {
+    const double wall = num(r, "run_wall_s");
+    return wall > 0 ? num(r, "fake_cpu_s") / wall : not_measured;
+  };
+  f.client_cores = [](const json& r) {
+    const double wall = num(r, "wall_s") > 0 ? num(r, "wall_s") : num(r, "seconds");
+    return wall > 0 && r.contains("client_cpu_s") ? num(r, "client_cpu_s") / wall : not_measured;
+  };
+  f.unit = unary ? " rps" : " MB/s";
+  f.cpu_unit = unary ? " s/100k" : " s/GiB";
+  return f;
+}
+
+/// What the report collects from the raw file.
+struct raw_records {
+  json meta = json::object(), idle = json::object(), sessions = json::object(), replication = json::object(),
+       soak = json::object();
+  std::map<std::string, json> memory;  ///< by path
+  std::vector<json> soak_samples;
+  std::vector<case_runs> cases;
+};
+
+std::optional<raw_records> read_raw(const std::string& raw_path) {
+  std::ifstream raw(raw_path);
+  if (!raw) {
+    std::fprintf(stderr, "scg-bench: cannot read %s\n", raw_path.c_str());
+    return std::nullopt;
+  }
+  raw_records out;
+  std::string text_line;
+  for (int line_no = 1; std::getline(raw, text_line); ++line_no) {
+    if (text_line.empty()) continue;
+    auto record = json::parse(text_line, nullptr, false);
+    if (record.is_discarded() || !record.is_object()) {
+      std::fprintf(stderr, "scg-bench: %s:%d is not a JSON object\n", raw_path.c_str(), line_no);
+      return std::nullopt;
+    }
+    const auto kind = record.value("kind", "");
+    if (kind == "meta") out.meta = record;
+    else if (kind == "idle") out.idle = record;
+    else if (kind == "sessions") out.sessions = record;
+    else if (kind == "replication") out.replication = record;
+    else if (kind == "soak") out.soak = record;
+    else if (kind == "soak_sample") out.soak_samples.push_back(record);
+    else if (kind == "memory" && record.contains("path")) out.memory[record.value("path", "")] = record;
+    else if (kind == "memory")  // before the other paths existed
+      out.memory["scg"] = {{"max_rss_kib", num(record, "scg_max_rss_kib")}, {"hwm_kib", num(record, "scg_hwm_kib")}};
+    else if (kind == "unary" || kind == "h2load" || kind == "stream") {
+      const auto name = record.value("case", kind);
+      auto it = std::find_if(out.cases.begin(), out.cases.end(), [&](const case_runs& c) { return c.name == name; });
+      if (it == out.cases.end()) {
+        out.cases.push_back({name, kind, record.value("label", name), {}});
+        it = std::prev(out.cases.end());
+      }
+      it->paths[record.value("path", "")][record.value("round", 0)] = record;
+    }
+    out.meta.erase("kind");
+  }
+  for (auto* j : {&out.idle, &out.sessions, &out.replication, &out.soak}) j->erase("kind");
+  return out;
+}
+
+/// Warnings about the trustworthiness of the figures: failed calls, a load
+/// generator whose count the backend does not confirm, a backend that is no
+/// faster than the proxies in front of it, other load on the machine.
+std::vector<std::string> check_runs(const raw_records& raw) {
+  std::vector<std::string> warnings;
+  for (const auto& c : raw.cases) {
+    if (!c.unary()) continue;
+    for (const auto& [path, runs] : c.paths)
+      for (const auto& [round, r] : runs) {
+        const std::string where = c.label + " via " + path + " round " + std::to_string(round) + ": ";
+        const double backend = r.contains("backend_config_calls") ? num(r, "backend_config_calls") : -1;
+        if (c.kind == "h2load") {
+          // h2load counts a gRPC error (HTTP 200 with a grpc-status) as a success:
+          // only the backend's own count shows whether the calls reached it.
+          if (backend >= 0 && backend < num(r, "rpcs"))
+            warnings.push_back("MISMATCH " + where + "h2load counted " + fixed(num(r, "rpcs"), 0) +
+                               " successes, the backend answered only " + fixed(backend, 0) + " Config calls");
+          if (num(r, "errors") > 0) warnings.push_back(where + "h2load saw " + fixed(num(r, "errors"), 0) + " failed requests");
+          continue;
+        }
+        const double answered = num(r, "rpcs_total") - num(r, "errors_total");
+        if ((backend >= 0 && backend < answered) || num(r, "errors_total") > 0)
+          warnings.push_back(where + fixed(num(r, "errors_total"), 0) + " failed calls, backend counted " +
+                             fixed(backend, 0) + " for " + fixed(answered, 0) + " answered");
+      }
+    // The backend must not be the bottleneck: direct well above every proxy.
+    const auto f = figures_for(c.unary());
+    const auto direct = spread_of(values(c.runs("direct"), f.throughput));
+    for (const auto& path : path_order) {
+      if (path == "direct") continue;
+      const auto via = spread_of(values(c.runs(path), f.throughput));
+      if (direct.n && via.n && direct.median < 1.2 * via.median)
+        warnings.push_back(c.label + ": direct (" + fixed(direct.median, 0) + ") is not well above " + path + " (" +
+                           fixed(via.median, 0) + "): the backend or the client may be the bottleneck");
+    }
+  }
+  if (num(raw.sessions, "errors") > 0) warnings.push_back(fixed(num(raw.sessions, "errors"), 0) + " session opens failed");
+  if (num(raw.replication, "errors") > 0)
+    warnings.push_back(fixed(num(raw.replication, "errors"), 0) + " session opens failed in the replication run");
+  if (!raw.replication.empty() && raw.replication.value("complete", true) == false)
+    warnings.push_back("replication: the other replica never showed every binding within the time limit");
+  if (num(raw.meta, "quick") > 0) warnings.push_back("quick mode: a smoke test, too short to judge the aims");
+  std::vector<double> foreign;
+  for (const auto& c : raw.cases)
+    for (const auto& [path, runs] : c.paths)
+      for (const auto& [round, r] : runs) foreign.push_back(foreign_cores(r));
+  const auto s_foreign = spread_of(foreign);
+  if (s_foreign.n && s_foreign.median > 0.3)
+    warnings.push_back("other work on the machine took " + fixed(s_foreign.median, 2) +
+                       " cores (median over runs): the figures are disturbed");
+  return warnings;
+}
+
+/// The report's tables, each with its header, and the JSON beside them.
+struct report_tables {
+  std::vector<std::pair<row, std::vector<row>>> tables;
+  json report;
+};
+
+/// Per path and per ratio, for every case.
+std::pair<row, std::vector<row>> detail_table(const raw_records& raw, json& cases_json) {
+  const row header = {"workload", "path", "throughput", "p50 µs", "p99 µs", "errors", "middle-box CPU",
+                      "chain CPU", "fake cores", "client cores", "foreign cores"};
+  const metric_fn p50 = [](const json& r) { return num(r, "p50_us"); };
+  const metric_fn p99 = [](const json& r) { return num(r, "p99_us"); };
+  const metric_fn errors = [](const json& r) { return num(r, "errors"); };
+  std::vector<row> rows;
+  for (const auto& c : raw.cases) {
+    const auto f = figures_for(c.unary());
+    json entry = {{"case", c.name}, {"label", c.label}, {"kind", c.kind}, {"paths", json::object()},
+                  {"ratios", json::object()}};
+    for (const auto& path : path_order) {
+      const auto* runs = c.runs(path);
+      if (!runs) continue;
+      const auto s_tp = spread_of(values(runs, f.throughput)), s_p50 = spread_of(values(runs, p50)),
+                 s_p99 = spread_of(values(runs, p99)), s_mid = spread_of(values(runs, f.middle_cpu_per_work)),
+                 s_chain = spread_of(values(runs, f.chain_cpu_per_work)),
+                 s_fake = spread_of(values(runs, f.fake_cores)), s_client = spread_of(values(runs, f.client_cores)),
+                 s_foreign = spread_of(values(runs, foreign_cores));
+      double error_sum = 0;
+      for (double e : values(runs, errors)) error_sum += e;
+      json p = {{c.unary() ? "rps" : "mb_per_s", to_json(s_tp, 1)},
+                {"errors", error_sum},
+                {c.unary() ? "middle_cpu_s_per_100k_rpcs" : "middle_cpu_s_per_gib", to_json(s_mid, 3)},
+                {c.unary() ? "chain_cpu_s_per_100k_rpcs" : "chain_cpu_s_per_gib", to_json(s_chain, 3)},
+                {"fake_cpu_cores", to_json(s_fake, 2)},
+                {"client_cpu_cores", to_json(s_client, 2)},
+                {"foreign_cpu_cores", to_json(s_foreign, 2)}};
+      if (c.unary()) {
+        p["p50_us"] = to_json(s_p50, 0);
+        p["p99_us"] = to_json(s_p99, 0);
+      }
+      entry["paths"][path] = p;
+      rows.push_back({c.label, path, show(s_tp, 0) + f.unit, c.unary() ? show(s_p50, 0) : "",
+                      c.unary() ? show(s_p99, 0) : "", fixed(error_sum, 0),
+                      s_mid.n ? show(s_mid, 2) + f.cpu_unit : "–", s_chain.n ? show(s_chain, 2) + f.cpu_unit : "–",
+                      show(s_fake, 2), show(s_client, 2), show(s_foreign, 2)});
+    }
+    for (const auto& [a, b] : ratio_pairs) {
+      const auto r_tp = spread_of(ratios(c, a, b, f.throughput));
+      if (!r_tp.n) continue;
+      const auto r_p50 = spread_of(ratios(c, a, b, p50)), r_p99 = spread_of(ratios(c, a, b, p99)),
+                 r_cpu = spread_of(ratios(c, a, b, f.middle_cpu_per_work));
+      json r = {{c.unary() ? "rps" : "mb_per_s", to_json(r_tp, 3)}};
+      if (c.unary()) {
+        r["p50_us"] = to_json(r_p50, 3);
+        r["p99_us"] = to_json(r_p99, 3);
+      }
+      if (r_cpu.n) r["middle_cpu"] = to_json(r_cpu, 3);
+      entry["ratios"][a + "/" + b] = r;
+      rows.push_back({c.label, a + "/" + b, show(r_tp, 2), c.unary() ? show(r_p50, 2) : "",
+                      c.unary() ? show(r_p99, 2) : "", "", r_cpu.n ? show(r_cpu, 2) : "", "", "", "", ""});
+    }
+    cases_json.push_back(entry);
+  }
+  return {header, rows};
+}
+
+/// One line per workload and resource: the four paths' medians and the ratios.
+std::pair<row, std::vector<row>> summary_table(const raw_records& raw, const json& report) {
+  row header = {"workload"};
+  for (const auto& p : path_order) header.push_back(p);
+  for (const auto& [a, b] : ratio_pairs)
+    if (!(a == "haproxy" && b == "direct")) header.push_back(a + "/" + b);
+  std::vector<row> rows;
+  auto add = [&](const std::string& label, const std::function<std::string(const std::string&)>& at,
+                 const std::function<std::string(const std::string&, const std::string&)>& ratio) {
+    row r = {label};
+    for (const auto& p : path_order) r.push_back(at(p));
+    for (const auto& [a, b] : ratio_pairs)
+      if (!(a == "haproxy" && b == "direct")) r.push_back(ratio(a, b));
+    rows.push_back(r);
+  };
+  for (const auto& c : raw.cases) {
+    const auto f = figures_for(c.unary());
+    add(c.label + (c.unary() ? " rps" : " MB/s"),
+        [&](const std::string& p) { return show_median(spread_of(values(c.runs(p), f.throughput)), 0); },
+        [&](const std::string& a, const std::string& b) { return show_median(spread_of(ratios(c, a, b, f.throughput)), 2); });
+    if (c.unary())
+      add(c.label + " p99 µs",
+          [&](const std::string& p) {
+            return show_median(spread_of(values(c.runs(p), [](const json& r) { return num(r, "p99_us"); })), 0);
+          },
+          [&](const std::string& a, const std::string& b) {
+            return show_median(spread_of(ratios(c, a, b, [](const json& r) { return num(r, "p99_us"); })), 2);
+          });
+    add(c.label + " middle CPU" + f.cpu_unit,
+        [&](const std::string& p) { return show_median(spread_of(values(c.runs(p), f.middle_cpu_per_work)), 2); },
+        [&](const std::string& a, const std::string& b) {
+          return show_median(spread_of(ratios(c, a, b, f.middle_cpu_per_work)), 2);
+        });
+  }
+  if (!raw.memory.empty()) {
+    auto peak = [&](const std::string& p) -> std::optional<double> {
+      auto it = raw.memory.find(p);
+      if (it == raw.memory.end()) return std::nullopt;
+      return std::max(num(it->second, "max_rss_kib"), num(it->second, "hwm_kib")) / 1024;
+    };
+    add("peak RSS under load MiB",
+        [&](const std::string& p) { return peak(p) ? fixed(*peak(p), 1) : "–"; },
+        [&](const std::string& a, const std::string& b) {
+          return peak(a) && peak(b) && *peak(b) > 0 ? fixed(*peak(a) / *peak(b), 2) : "–";
+        });
+  }
+  auto scg_only = [&](const std::string& label, const std::string& value) {
+    add(label, [&](const std::string& p) { return p == "scg" ? value : "–"; },
+        [](const std::string&, const std::string&) { return std::string("–"); });
+  };
+  if (report.contains("sessions"))
+    scg_only("RSS per idle session KiB", fixed(report["sessions"].value("kib_per_session", 0.0), 2));
+  if (report.contains("replication"))
+    scg_only("replicated bindings/s", fixed(report["replication"].value("bindings_per_s", 0.0), 0));
+  return {header, rows};
+}
+
+/// Growth of scg's RSS over a soak: the first minute against the last.
+std::pair<row, std::vector<row>> soak_table(const raw_records& raw, json& report) {
+  std::vector<double> first, last;
+  double end = 0;
+  for (const auto& s : raw.soak_samples) end = std::max(end, num(s, "t_s"));
+  const double window = std::min(60.0, end / 2);  // short soaks: halves
+  for (const auto& s : raw.soak_samples) {
+    if (num(s, "t_s") <= window) first.push_back(num(s, "rss_kib") / 1024);
+    if (num(s, "t_s") >= end - window) last.push_back(num(s, "rss_kib") / 1024);
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
+  const double a = mean(first), b = mean(last), growth = b - a;
+  const auto all = spread_of([&] {
+    std::vector<double> v;
+    for (const auto& s : raw.soak_samples) v.push_back(num(s, "rss_kib") / 1024);
+    return v;
+  }());
+  report["soak"] = raw.soak;
+  report["soak"]["rss_first_window_mib"] = round_to(a, 1);
+  report["soak"]["rss_last_window_mib"] = round_to(b, 1);
+  report["soak"]["rss_growth_mib"] = round_to(growth, 1);
+  report["soak"]["rss_growth_pct"] = round_to(a > 0 ? growth / a * 100 : 0, 1);
+  report["soak"]["rss_max_mib"] = round_to(all.max, 1);
+  report["soak"]["window_s"] = round_to(window, 0);
+  report["soak"]["samples"] = raw.soak_samples.size();
+  const std::string w = fixed(window, 0) + " s";
+  std::vector<row> rows = {
+      {"soak length", fixed(num(raw.soak, "seconds"), 0) + " s, " + std::to_string(raw.soak_samples.size()) + " RSS samples"},
+      {"unary calls OK (failed)", fixed(num(raw.soak, "unary_rpcs"), 0) + " (" + fixed(num(raw.soak, "unary_errors"), 0) + ")"},
+      {"streams OK (failed)", fixed(num(raw.soak, "streams"), 0) + " (" + fixed(num(raw.soak, "stream_failures"), 0) + ")"},
+      {"scg RSS, mean of the first " + w, fixed(a, 1) + " MiB"},
+      {"scg RSS, mean of the last " + w, fixed(b, 1) + " MiB"},
+      {"growth", (growth >= 0 ? "+" : "") + fixed(growth, 1) + " MiB (" + fixed(a > 0 ? growth / a * 100 : 0, 1) + " %)"},
+      {"scg RSS max", fixed(all.max, 1) + " MiB"}};
+  return {{"soak", "value"}, rows};
 }
 
 int run_report(cli_args& args) {
@@ -597,200 +967,74 @@ int run_report(cli_args& args) {
   const auto json_path = args.text("json", "");
   const auto markdown_path = args.text("markdown", "");
   if (!args.finish()) return 2;
-  std::ifstream raw(raw_path);
-  if (!raw) {
-    std::fprintf(stderr, "scg-bench: cannot read %s\n", raw_path.c_str());
-    return 1;
-  }
+  const auto parsed = read_raw(raw_path);
+  if (!parsed) return 1;
+  const auto& raw = *parsed;
 
-  json meta = json::object(), memory = json::object(), sessions = json::object(), idle = json::object();
-  std::vector<case_runs> cases;
-  std::string text_line;
-  for (int line_no = 1; std::getline(raw, text_line); ++line_no) {
-    if (text_line.empty()) continue;
-    auto record = json::parse(text_line, nullptr, false);
-    if (record.is_discarded() || !record.is_object()) {
-      std::fprintf(stderr, "scg-bench: %s:%d is not a JSON object\n", raw_path.c_str(), line_no);
-      return 1;
-    }
-    const auto kind = record.value("kind", "");
-    record.erase("kind");
-    if (kind == "meta") meta = record;
-    else if (kind == "memory") memory = record;
-    else if (kind == "idle") idle = record;
-    else if (kind == "sessions") sessions = record;
-    else if (kind == "unary" || kind == "stream") {
-      const auto name = record.value("case", kind);
-      auto it = std::find_if(cases.begin(), cases.end(), [&](const case_runs& c) { return c.name == name; });
-      if (it == cases.end()) {
-        case_runs c{name, kind, record.value("label", name), {}, {}};
-        cases.push_back(std::move(c));
-        it = std::prev(cases.end());
-      }
-      (record.value("path", "") == "scg" ? it->scg : it->direct)[record.value("round", 0)] = record;
-    }
-  }
-
-  json report = {{"meta", meta}, {"cases", json::array()}};
-  std::vector<row> rows;
-  std::vector<json> aims;
-  std::optional<double> unary32_ratio, stream_ratio;
-  const auto rps = [](const json& r) { return num(r, "rps"); };
-  const auto p50 = [](const json& r) { return num(r, "p50_us"); };
-  const auto p99 = [](const json& r) { return num(r, "p99_us"); };
-  const auto errors = [](const json& r) { return num(r, "errors"); };
-  const auto mbps = [](const json& r) { return num(r, "mb_per_s"); };
-  const auto cpu_per_100k = [](const json& r) {
-    const double calls = num(r, "rpcs_total");
-    return calls > 0 ? num(r, "scg_cpu_s") / calls * 1e5 : 0.0;
-  };
-  const auto cpu_per_gib = [](const json& r) {
-    const double gib = num(r, "bytes") / double(1 << 30);
-    return gib > 0 ? num(r, "scg_cpu_s") / gib : 0.0;
-  };
-  // scg + fake + scg-bench: the whole chain's CPU, whose sum bounds throughput on a
-  // machine where all three share the CPUs.
-  const auto chain_cpu = [](const json& r) {
-    const double client = r.contains("process_cpu_s") ? num(r, "process_cpu_s") : num(r, "client_cpu_s");
-    return num(r, "scg_cpu_s") + num(r, "fake_cpu_s") + client;
-  };
-  const auto chain_cpu_per_100k = [&](const json& r) {
-    const double calls = num(r, "rpcs_total");
-    return calls > 0 ? chain_cpu(r) / calls * 1e5 : 0.0;
-  };
-  const auto chain_cpu_per_gib = [&](const json& r) {
-    const double gib = num(r, "bytes") / double(1 << 30);
-    return gib > 0 ? chain_cpu(r) / gib : 0.0;
-  };
-  const auto client_cpu_share = [](const json& r) {
-    const double wall = num(r, "wall_s") > 0 ? num(r, "wall_s") : num(r, "seconds");
-    return wall > 0 ? num(r, "client_cpu_s") / wall : 0.0;
-  };
-
-  // The backend's own count must match what the client saw answered: a load
-  // generator that counted failures as successes would show here.
-  std::vector<std::string> warnings;
-  for (const auto& c : cases) {
-    if (c.kind != "unary") continue;
-    for (const auto* side : {&c.direct, &c.scg})
-      for (const auto& [round, r] : *side) {
-        if (!r.contains("backend_config_calls") || num(r, "backend_config_calls") < 0) continue;  // no count from the fake
-        const double answered = num(r, "rpcs_total") - num(r, "errors_total");
-        if (num(r, "backend_config_calls") < answered || num(r, "errors_total") > 0)
-          warnings.push_back(c.label + " " + r.value("path", "") + " round " + std::to_string(round) + ": " +
-                             fixed(num(r, "errors_total"), 0) + " failed calls, backend counted " +
-                             fixed(num(r, "backend_config_calls"), 0) + " for " + fixed(answered, 0) + " answered");
-      }
-  }
-  if (num(sessions, "errors") > 0) warnings.push_back(fixed(num(sessions, "errors"), 0) + " session opens failed");
-  if (num(meta, "quick") > 0) warnings.push_back("quick mode: a smoke test, too short to judge the aims");
-  {
-    std::vector<double> foreign;
-    for (const auto& c : cases)
-      for (const auto* side : {&c.direct, &c.scg})
-        for (const auto& [round, r] : *side) foreign.push_back(foreign_cores(r));
-    const auto s_foreign = spread_of(foreign);
-    if (s_foreign.n && s_foreign.median > 0.3)
-      warnings.push_back("other work on the machine took " + fixed(s_foreign.median, 2) +
-                         " cores (median over runs): the figures are disturbed");
-  }
+  json report = {{"meta", raw.meta}, {"cases", json::array()}};
+  const auto warnings = check_runs(raw);
   report["warnings"] = warnings;
+  std::vector<std::pair<row, std::vector<row>>> tables;
+  if (!raw.cases.empty()) tables.push_back(detail_table(raw, report["cases"]));
 
-  for (const auto& c : cases) {
-    json entry = {{"case", c.name}, {"label", c.label}, {"kind", c.kind}};
-    const bool unary = c.kind == "unary";
-    for (const auto* side : {&c.direct, &c.scg}) {
-      const bool via_scg = side == &c.scg;
-      json path = json::object();
-      row r = {c.label, via_scg ? "via scg" : "direct"};
-      if (unary) {
-        auto s_rps = spread_of(values(*side, rps)), s_p50 = spread_of(values(*side, p50)),
-             s_p99 = spread_of(values(*side, p99));
-        double error_sum = 0;
-        for (double e : values(*side, errors)) error_sum += e;
-        path = {{"rps", to_json(s_rps, 1)}, {"p50_us", to_json(s_p50, 0)}, {"p99_us", to_json(s_p99, 0)},
-                {"errors", error_sum}};
-        r.insert(r.end(), {show(s_rps, 0) + " rps", show(s_p50, 0), show(s_p99, 0), fixed(error_sum, 0)});
-        if (via_scg) {
-          auto s_cpu = spread_of(values(*side, cpu_per_100k));
-          path["scg_cpu_s_per_100k_rpcs"] = to_json(s_cpu, 2);
-          r.push_back(show(s_cpu, 2) + " s/100k RPCs");
-        } else {
-          r.push_back("");
-        }
-      } else {
-        auto s_mbps = spread_of(values(*side, mbps));
-        path = {{"mb_per_s", to_json(s_mbps, 1)}};
-        r.insert(r.end(), {show(s_mbps, 0) + " MB/s", "", "", "0"});
-        if (via_scg) {
-          auto s_cpu = spread_of(values(*side, cpu_per_gib));
-          path["scg_cpu_s_per_gib"] = to_json(s_cpu, 2);
-          r.push_back(show(s_cpu, 2) + " s/GiB");
-        } else {
-          r.push_back("");
-        }
-      }
-      const std::function<double(const json&)> chain = unary ? std::function<double(const json&)>(chain_cpu_per_100k) : chain_cpu_per_gib;
-      auto s_chain = spread_of(values(*side, chain));
-      path[unary ? "chain_cpu_s_per_100k_rpcs" : "chain_cpu_s_per_gib"] = to_json(s_chain, 2);
-      r.push_back(show(s_chain, 2) + (unary ? " s/100k RPCs" : " s/GiB"));
-      auto s_client = spread_of(values(*side, client_cpu_share));
-      auto s_foreign = spread_of(values(*side, foreign_cores));
-      path["client_cpu_cores"] = to_json(s_client, 2);
-      path["foreign_cpu_cores"] = to_json(s_foreign, 2);
-      r.insert(r.end(), {show(s_client, 2), show(s_foreign, 2)});
-      entry[via_scg ? "scg" : "direct"] = path;
-      rows.push_back(r);
-    }
-    row ratio_row = {c.label, "scg/direct"};
-    if (unary) {
-      auto r_rps = spread_of(ratios(c, rps)), r_p50 = spread_of(ratios(c, p50)), r_p99 = spread_of(ratios(c, p99));
-      entry["ratio"] = {{"rps", to_json(r_rps, 3)}, {"p50_us", to_json(r_p50, 3)}, {"p99_us", to_json(r_p99, 3)}};
-      ratio_row.insert(ratio_row.end(), {show(r_rps, 2), show(r_p50, 2), show(r_p99, 2), "", "", "", "", ""});
-      if (!c.direct.empty() && c.direct.begin()->second.value("concurrency", 0) == 32 && r_rps.n)
-        unary32_ratio = r_rps.median;
-    } else {
-      auto r_mbps = spread_of(ratios(c, mbps));
-      entry["ratio"] = {{"mb_per_s", to_json(r_mbps, 3)}};
-      ratio_row.insert(ratio_row.end(), {show(r_mbps, 2), "", "", "", "", "", "", ""});
-      if (r_mbps.n) stream_ratio = r_mbps.median;
-    }
-    rows.push_back(ratio_row);
-    report["cases"].push_back(entry);
+  // Memory, sessions, replication.
+  std::vector<row> resource_rows;
+  if (!raw.idle.empty()) {
+    report["scg_idle_cores"] = num(raw.idle, "scg_idle_cores");
+    resource_rows.push_back({"scg CPU while idle", fixed(num(raw.idle, "scg_idle_cores"), 3) + " cores"});
   }
-
-  // Memory and sessions.
-  std::optional<double> rss_mib, kib_per_session;
-  std::vector<row> memory_rows;
-  if (!idle.empty()) {
-    report["scg_idle_cores"] = num(idle, "scg_idle_cores");
-    memory_rows.push_back({"scg CPU while idle", fixed(num(idle, "scg_idle_cores"), 3) + " cores"});
+  for (const auto& path : path_order) {
+    auto it = raw.memory.find(path);
+    if (it == raw.memory.end()) continue;
+    const double max_rss = num(it->second, "max_rss_kib"), hwm = num(it->second, "hwm_kib");
+    report["memory"][path] = {{"max_rss_mib", round_to(max_rss / 1024, 1)}, {"hwm_mib", round_to(hwm / 1024, 1)}};
+    resource_rows.push_back({path + " RSS under load: sampled max VmRSS / VmHWM",
+                             fixed(max_rss / 1024, 1) + " / " + fixed(hwm / 1024, 1) + " MiB"});
   }
-  if (!memory.empty()) {
-    const double max_rss = num(memory, "scg_max_rss_kib"), hwm = num(memory, "scg_hwm_kib");
-    rss_mib = std::max(max_rss, hwm) / 1024;
-    report["memory"] = {{"scg_max_rss_mib", round_to(max_rss / 1024, 1)}, {"scg_hwm_mib", round_to(hwm / 1024, 1)}};
-    memory_rows.push_back({"scg RSS under load (sampled max VmRSS)", fixed(max_rss / 1024, 1) + " MiB"});
-    memory_rows.push_back({"scg peak RSS (VmHWM)", fixed(hwm / 1024, 1) + " MiB"});
-  }
-  if (!sessions.empty()) {
-    const double opened = num(sessions, "sessions");
-    const double before = num(sessions, "rss_before_kib"), after = num(sessions, "rss_after_kib");
+  std::optional<double> kib_per_session;
+  if (!raw.sessions.empty()) {
+    const auto& s = raw.sessions;
+    const double opened = num(s, "sessions"), before = num(s, "rss_before_kib"), after = num(s, "rss_after_kib");
     if (opened > 0) kib_per_session = (after - before) / opened;
     report["sessions"] = {{"opened", opened},
-                          {"errors", num(sessions, "errors")},
-                          {"seconds", num(sessions, "seconds")},
+                          {"errors", num(s, "errors")},
+                          {"seconds", num(s, "seconds")},
                           {"rss_before_mib", round_to(before / 1024, 1)},
                           {"rss_after_mib", round_to(after / 1024, 1)},
                           {"kib_per_session", round_to(kib_per_session.value_or(0), 2)}};
-    memory_rows.push_back({"idle sessions opened via scg (errors)",
-                           fixed(opened, 0) + " (" + fixed(num(sessions, "errors"), 0) + ") in " +
-                               fixed(num(sessions, "seconds"), 1) + " s"});
-    memory_rows.push_back({"scg RSS before → after", fixed(before / 1024, 1) + " → " + fixed(after / 1024, 1) + " MiB"});
-    memory_rows.push_back({"RSS per idle session", fixed(kib_per_session.value_or(0), 2) + " KiB"});
+    resource_rows.push_back({"idle sessions opened via scg (errors)", fixed(opened, 0) + " (" +
+                                                                          fixed(num(s, "errors"), 0) + ") in " +
+                                                                          fixed(num(s, "seconds"), 1) + " s"});
+    resource_rows.push_back({"scg RSS before → after", fixed(before / 1024, 1) + " → " + fixed(after / 1024, 1) + " MiB"});
+    resource_rows.push_back({"RSS per idle session", fixed(kib_per_session.value_or(0), 2) + " KiB"});
   }
+  if (!raw.replication.empty()) {
+    const auto& r = raw.replication;
+    const double n = num(r, "sessions"), visible = num(r, "visible_s");
+    report["replication"] = r;
+    report["replication"]["bindings_per_s"] = round_to(visible > 0 ? n / visible : 0, 1);
+    report["replication"]["lag_after_last_open_s"] = round_to(std::max(0.0, visible - num(r, "open_s")), 3);
+    resource_rows.push_back({"replication: new bindings on replica 1 seen on replica 2",
+                             fixed(n, 0) + " in " + fixed(visible, 2) + " s = " +
+                                 fixed(visible > 0 ? n / visible : 0, 0) + " bindings/s (" +
+                                 fixed(num(r, "replicas"), 0) + " replicas; opening took " +
+                                 fixed(num(r, "open_s"), 2) + " s, lag after the last " +
+                                 fixed(std::max(0.0, visible - num(r, "open_s")), 2) + " s)"});
+  }
+  if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
+  if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
 
   // The aims.
+  std::optional<double> unary32_ratio, stream_ratio, rss_mib;
+  for (const auto& c : raw.cases) {
+    const auto r = spread_of(ratios(c, "scg", "direct", figures_for(c.unary()).throughput));
+    if (!r.n) continue;
+    if (c.kind == "stream") stream_ratio = r.median;
+    else if (c.kind == "unary" && c.runs("direct") && c.runs("direct")->begin()->second.value("concurrency", 0) == 32)
+      unary32_ratio = r.median;
+  }
+  if (auto it = raw.memory.find("scg"); it != raw.memory.end())
+    rss_mib = std::max(num(it->second, "max_rss_kib"), num(it->second, "hwm_kib")) / 1024;
   std::vector<row> aim_rows;
   auto aim = [&](const std::string& name, std::optional<double> measured, double limit, bool at_least,
                  const std::string& unit, int digits) {
@@ -800,22 +1044,34 @@ int run_report(cli_args& args) {
     report["aims"].push_back({{"aim", name}, {"measured", round_to(*measured, 3)}, {"limit", limit},
                               {"met", met}, {"margin", round_to(margin, 3)}});
     aim_rows.push_back({name, fixed(*measured, digits) + unit, (at_least ? "≥ " : "≤ ") + fixed(limit, digits) + unit,
-                        met ? "met" : "MISSED",
-                        (margin >= 0 ? "+" : "") + fixed(margin * 100, 1) + " %"});
+                        met ? "met" : "MISSED", (margin >= 0 ? "+" : "") + fixed(margin * 100, 1) + " %"});
   };
   aim("unary c=32 via scg / direct", unary32_ratio, 0.4, true, "×", 2);
   aim("stream via scg / direct", stream_ratio, 0.65, true, "×", 2);
   aim("scg peak RSS under load", rss_mib, 64, false, " MiB", 1);
   aim("RSS per idle session", kib_per_session, 2, false, " KiB", 2);
+  if (!aim_rows.empty()) tables.push_back({{"aim", "measured", "target", "verdict", "margin"}, aim_rows});
 
-  const row header = {"workload", "path", "throughput", "p50 µs", "p99 µs", "errors", "scg CPU",
-                      "chain CPU", "client cores", "foreign cores"};
-  const row memory_header = {"resources", "value"};
-  const row aim_header = {"aim", "measured", "target", "verdict", "margin"};
-  std::printf("scg bench %s, %s rounds, medians (min–max)\n\n", meta.value("date", "?").c_str(),
-              meta.contains("rounds") ? meta["rounds"].dump().c_str() : "?");
-  std::printf("%s\n%s\n%s", text_table(header, rows).c_str(), text_table(memory_header, memory_rows).c_str(),
-              text_table(aim_header, aim_rows).c_str());
+  // Last, the one table to read: medians of every path and the ratios.
+  if (!raw.cases.empty()) {
+    auto summary = summary_table(raw, report);
+    for (const auto& r : summary.second) {
+      json line = json::object();
+      for (size_t i = 0; i < r.size() && i < summary.first.size(); ++i) line[summary.first[i]] = r[i];
+      report["summary"].push_back(line);
+    }
+    tables.push_back(summary);
+  }
+
+  if (raw.meta.value("mode", "") == "soak")
+    std::printf("scg soak %s\n\n", raw.meta.value("date", "?").c_str());
+  else
+    std::printf("scg bench %s, %s rounds, medians (min–max); ratios paired per round\n\n",
+                raw.meta.value("date", "?").c_str(), raw.meta.contains("rounds") ? raw.meta["rounds"].dump().c_str() : "?");
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (i + 1 == tables.size() && !raw.cases.empty()) std::printf("SUMMARY (medians; ratios of throughput and latency are a/b, of CPU a/b too)\n");
+    std::printf("%s\n", text_table(tables[i].first, tables[i].second).c_str());
+  }
   for (const auto& w : warnings) std::printf("WARNING: %s\n", w.c_str());
 
   if (!json_path.empty()) {
@@ -828,14 +1084,12 @@ int run_report(cli_args& args) {
   }
   if (!markdown_path.empty()) {
     std::ofstream out(markdown_path, std::ios::trunc);
-    out << "# scg bench " << meta.value("date", "") << "\n\n";
-    for (const auto& [key, value] : meta.items())
+    out << "# scg bench " << raw.meta.value("date", "") << "\n\n";
+    for (const auto& [key, value] : raw.meta.items())
       out << "- " << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump()) << "\n";
     out << "\nMedians over rounds (streams: over all samples), (min–max) in brackets; ratios are paired "
-           "per round or sample.\n\n"
-        << markdown_table(header, rows) << "\n"
-        << markdown_table(memory_header, memory_rows) << "\n"
-        << markdown_table(aim_header, aim_rows);
+           "per round or sample. Middle-box CPU is scg, nginx (master + workers) or haproxy.\n\n";
+    for (const auto& [header, rows] : tables) out << markdown_table(header, rows) << "\n";
     for (const auto& w : warnings) out << "\n**Warning:** " << w << "\n";
     if (!out) {
       std::fprintf(stderr, "scg-bench: cannot write %s\n", markdown_path.c_str());
@@ -863,6 +1117,7 @@ int main(int argc, char** argv) {
   if (command == "unary") return run_unary(args);
   if (command == "stream") return run_stream(args);
   if (command == "sessions") return run_sessions(args);
+  if (command == "frame-config") return run_frame_config(args);
   if (command == "report") return run_report(args);
   std::fprintf(stderr, "scg-bench: unknown command %s\n%s", command.c_str(), usage);
   return 2;
