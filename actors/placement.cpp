@@ -33,6 +33,16 @@ std::optional<std::size_t> place(const placement_policy& p, const std::vector<ca
   return best;
 }
 
+bool all_above(const placement_policy& p, const std::vector<candidate>& backends, double shed_above) {
+  bool any = false;
+  for (const auto& c : backends) {
+    if (!c.eligible) continue;
+    if (score(p, c) <= shed_above) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name) {
   if (name == "least_loaded") return placement_policy::strategy::least_loaded;
   if (name == "round_robin") return placement_policy::strategy::round_robin;

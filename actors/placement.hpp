@@ -38,6 +38,10 @@ double score(const placement_policy& p, const candidate& c);
 std::optional<std::size_t> place(const placement_policy& p, const std::vector<candidate>& backends,
                                  std::uint64_t& cursor);
 
+/// Shedding: true when at least one backend is eligible and every eligible
+/// one scores above `shed_above` (all of them are too busy for a new session).
+bool all_above(const placement_policy& p, const std::vector<candidate>& backends, double shed_above);
+
 /// Parses a strategy name ("least_loaded" | "round_robin").
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name);
 

@@ -49,6 +49,12 @@ struct router_settings {
   std::int64_t op_ttl_ms;
   placement_policy policy;
   std::string node_name;  ///< this replica in the cluster; empty when alone
+  std::optional<double> shed_above;  ///< placement.shed_above
+  config::limits limits;             ///< per-tenant bulkheads (max_sessions)
+  /// Backend names per tenant (tenants.pools); a tenant without one may use
+  /// every backend. A `resolve: all` entry's name covers its NAME@ADDRESS backends.
+  std::map<std::string, std::vector<std::string>, std::less<>> pools;
+  std::function<void(std::size_t)> on_members;  ///< live replicas, self included, on each change
 };
 
 /// The session directory: places new sessions, spawns and tracks session

@@ -23,6 +23,8 @@ namespace scg::actors {
 struct route_result {
   std::optional<backend_index> backend;
   std::string error;  ///< set when backend is empty
+  int code = 14;      ///< the gRPC status for `error`: UNAVAILABLE, or RESOURCE_EXHAUSTED (8) when refused
+  int retry_after_ms = 0;  ///< with RESOURCE_EXHAUSTED: when to try again
 };
 
 /// Called exactly once with the answer, on an actor thread.
@@ -32,8 +34,10 @@ using route_callback = std::function<void(route_result)>;
 class router {
  public:
   /// Spawns the router actor and one backend actor per backend.
-  router(caf::actor_system& sys, const config::gateway& cfg,
-         std::shared_ptr<session_table> table, backend_list backends);
+  /// `on_members` hears the number of live replicas (self included) whenever
+  /// it changes, from an actor thread.
+  router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
+         backend_list backends, std::function<void(std::size_t)> on_members = {});
   ~router();
 
   /// Binds a brand-new session (key from session_key::str()) to a backend

@@ -9,6 +9,8 @@
 #include "actors/placement.hpp"
 #include "cluster/messages.hpp"
 #include "cluster/rendezvous.hpp"
+#include "core/audit.hpp"
+#include "core/events.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::actors {
@@ -33,16 +35,69 @@ namespace {
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also paces session sweeps
 
-/// Placement's view of the backends right now.
-std::vector<candidate> candidates(const router_state& st) {
+/// True when `backend` is in `pool` (nullptr: every backend is). A pool entry
+/// NAME also covers the NAME@ADDRESS backends of a `resolve: all` entry.
+bool in_pool(const std::vector<std::string>* pool, const std::string& backend) {
+  if (!pool) return true;
+  for (const auto& name : *pool)
+    if (backend == name || (backend.size() > name.size() && backend.compare(0, name.size(), name) == 0 &&
+                            backend[name.size()] == '@'))
+      return true;
+  return false;
+}
+
+/// The backend pool of the tenant in session key `key`; nullptr: all backends.
+const std::vector<std::string>* pool_of(const router_state& st, const std::string& key) {
+  if (st.settings.pools.empty()) return nullptr;
+  auto k = session_key::parse(key);
+  auto it = k ? st.settings.pools.find(k->tenant) : st.settings.pools.end();
+  return it == st.settings.pools.end() ? nullptr : &it->second;
+}
+
+/// Placement's view of the backends right now, for a session of `key`'s tenant.
+std::vector<candidate> candidates(const router_state& st, const std::string& key) {
   auto bound = st.table->sessions_per_backend(st.backends.size());
+  const auto* pool = pool_of(st, key);
   std::vector<candidate> out;
   out.reserve(st.backends.size());
   for (std::size_t i = 0; i < st.backends.size(); ++i) {
     const auto& b = *st.backends[i];
-    out.push_back({eligible(b), i < bound.size() ? bound[i] : 0, polled_utilization(b)});
+    out.push_back({eligible(b) && in_pool(pool, b.name), i < bound.size() ? bound[i] : 0, polled_utilization(b)});
   }
   return out;
+}
+
+constexpr int resource_exhausted = 8;
+constexpr int shed_retry_ms = 5000;  // a new session refused for load: try again in a while
+
+/// Refuses a new session of `key` when its tenant holds limits.max_sessions
+/// sessions cluster-wide, or when every backend it may use scores above
+/// placement.shed_above; nullopt admits it.
+std::optional<route_result> refuse_new(const router_state& st, const std::string& key) {
+  auto k = session_key::parse(key);
+  const std::string tenant = k ? k->tenant : std::string();
+  const auto cap = st.settings.limits.for_tenant(tenant).max_sessions;
+  if (cap > 0 && st.table->sessions_of_tenant(tenant) >= static_cast<std::size_t>(cap)) {
+    core::bump(core::global_metrics().router_sessions_refused_total);
+    core::record_event("refused", "a new session of tenant " + tenant + " was refused: limits.max_sessions reached");
+    core::audit("session.refused", {{"tenant", tenant}, {"user", k ? k->user_id : ""},
+                                    {"session", k ? k->session_id : ""}, {"reason", "max_sessions"}});
+    return route_result{std::nullopt,
+                        "scg: tenant " + tenant + " has " + std::to_string(cap) +
+                            " live sessions, its limit (limits.max_sessions); release one or retry later",
+                        resource_exhausted, shed_retry_ms};
+  }
+  if (st.settings.shed_above && all_above(st.settings.policy, candidates(st, key), *st.settings.shed_above)) {
+    core::bump(core::global_metrics().router_sessions_shed_total);
+    core::record_event("shed", "a new session of tenant " + tenant + " was shed: every backend above placement.shed_above");
+    core::audit("session.shed", {{"tenant", tenant}, {"user", k ? k->user_id : ""},
+                                 {"session", k ? k->session_id : ""}});
+    return route_result{std::nullopt,
+                        "scg: every backend is too busy for a new session (scores above placement.shed_above); "
+                        "retry later",
+                        resource_exhausted, shed_retry_ms};
+  }
+  return std::nullopt;
 }
 
 /// Why no backend can take a new session, naming the first few.
@@ -83,11 +138,13 @@ void replicate(self_ptr self, Ts&&... xs) {
 
 /// This replica decides: placement, binding, replication. Re-checks the
 /// table first: a decision made while we waited on an answer stands.
-route_result decide_here(self_ptr self, const std::string& key) {
+route_result decide_here(self_ptr self, const std::string& key, bool is_new = true) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
   if (!st.accepting) return {std::nullopt, "scg: replica is shutting down"};
-  auto pick = place(st.settings.policy, candidates(st), st.cursor);
+  if (is_new)
+    if (auto refused = refuse_new(st, key)) return *refused;
+  auto pick = place(st.settings.policy, candidates(st, key), st.cursor);
   if (!pick) {
     core::bump(core::global_metrics().forward_no_backend_total);
     return {std::nullopt, no_backend_message(st)};
@@ -95,6 +152,10 @@ route_result decide_here(self_ptr self, const std::string& key) {
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
   replicate(self, cluster::put_atom::value, "s/" + key, st.backends[b]->name, std::string());
+  if (auto k = session_key::parse(key))
+    core::audit(is_new ? "session.create" : "session.rebind",
+                {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id},
+                 {"backend", st.backends[b]->name}});
   return {b, {}};
 }
 
@@ -165,6 +226,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
         if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down"});
+        if (auto refused = refuse_new(st, key)) return done(*refused);
         if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
         done(decide_here(self, key));
       },
@@ -193,6 +255,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         st.cluster = caf::actor_cast<caf::actor>(self->current_sender());
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
+        if (st.settings.on_members) st.settings.on_members(st.member_names.size() + 1);
       },
       [=](rebind_atom, const std::string& key, const route_callback& done) {
         auto& st = self->state;
@@ -205,12 +268,13 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           st.table->erase_session(key);
           replicate(self, cluster::erase_atom::value, "s/" + key);
         }
-        auto r = decide_here(self, key);
+        auto r = decide_here(self, key, false);
         if (r.backend) {
           core::bump(core::global_metrics().router_rebinds_total);
-          spdlog::get("audit")->info("session_rebound from={} to={}",
-                                     old ? st.backends[*old]->name : std::string("?"),
-                                     st.backends[*r.backend]->name);
+          const auto from = old ? st.backends[*old]->name : std::string("?");
+          spdlog::get("router")->info("session_rebound from={} to={}", from, st.backends[*r.backend]->name);
+          core::record_event("rebind", "a session moved from lost backend " + from + " to " +
+                                           st.backends[*r.backend]->name);
         }
         done(r);
       },
@@ -252,6 +316,8 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         self->state.table->erase_session(key);
         replicate(self, cluster::erase_atom::value, "s/" + key);
         to_session(self, key, release_atom::value);
+        if (auto k = session_key::parse(key))
+          core::audit("session.release", {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id}});
       },
       [=](forget_atom, const std::string& key) {
         // Released elsewhere in the cluster: stop our session actor only.
@@ -324,14 +390,18 @@ struct router::impl {
   }
 };
 
-router::router(caf::actor_system& sys, const config::gateway& cfg,
-               std::shared_ptr<session_table> table, backend_list backends)
+router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
+               backend_list backends, std::function<void(std::size_t)> on_members)
     : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {}})) {
   router_settings s{};
   s.session_ttl_ms = std::int64_t{cfg.affinity.session_ttl_secs} * 1000;
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;
   s.policy = make_policy(cfg.placement);
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
+  s.shed_above = cfg.placement.shed_above;
+  s.on_members = std::move(on_members);
+  s.limits = cfg.limits;
+  for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
   impl_->actor = spawn_router(sys, s, table, backends);
   for (std::size_t i = 0; i < backends.size(); ++i) impl_->start_backend(static_cast<backend_index>(i));
 }

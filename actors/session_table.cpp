@@ -7,6 +7,53 @@
 
 namespace scg::actors {
 
+namespace {
+
+/// Reads one "LEN:" prefixed part of a key at `pos`; false when malformed.
+bool read_part(std::string_view s, std::size_t& pos, std::string& part) {
+  auto colon = s.find(':', pos);
+  if (colon == std::string_view::npos || colon == pos || colon - pos > 9) return false;
+  std::size_t len = 0;
+  for (auto i = pos; i < colon; ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    len = len * 10 + static_cast<std::size_t>(s[i] - '0');
+  }
+  if (len > s.size() - colon - 1) return false;
+  part.assign(s.substr(colon + 1, len));
+  pos = colon + 1 + len;
+  return true;
+}
+
+/// The `limit` entries of `shards` with the smallest keys above `after` that
+/// `keep(key, value)` accepts, as rows made by `row(key, value)`, sorted by
+/// key. A bounded max-heap keeps the memory to `limit` rows whatever the
+/// table's size; each shard is scanned under its own shared lock.
+template <class Row, class Shards, class Keep, class MakeRow>
+std::vector<Row> smallest_after(const Shards& shards, const std::string& after, std::size_t limit,
+                                const Keep& keep, const MakeRow& row) {
+  std::vector<Row> heap;
+  if (limit == 0) return heap;
+  auto by_key = [](const Row& a, const Row& b) { return a.key < b.key; };
+  for (const auto& s : shards) {
+    std::shared_lock lock{s.mutex};
+    for (const auto& [key, value] : s.map) {
+      if (!after.empty() && key <= after) continue;
+      if (heap.size() == limit && !(key < heap.front().key)) continue;
+      if (!keep(key, value)) continue;
+      if (heap.size() == limit) {
+        std::pop_heap(heap.begin(), heap.end(), by_key);
+        heap.pop_back();
+      }
+      heap.push_back(row(key, value));
+      std::push_heap(heap.begin(), heap.end(), by_key);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), by_key);
+  return heap;
+}
+
+}  // namespace
+
 std::string session_key::str() const {
   std::string out;
   out.reserve(tenant.size() + user_id.size() + session_id.size() + 12);
@@ -16,6 +63,15 @@ std::string session_key::str() const {
     out += *part;
   }
   return out;
+}
+
+std::optional<session_key> session_key::parse(std::string_view s) {
+  session_key k;
+  std::size_t pos = 0;
+  for (std::string* part : {&k.tenant, &k.user_id, &k.session_id})
+    if (!read_part(s, pos, *part)) return std::nullopt;
+  if (pos != s.size()) return std::nullopt;
+  return k;
 }
 
 clock_ms now_ms() {
@@ -45,6 +101,7 @@ backend_index session_table::bind_session(const std::string& key, backend_index 
   auto [it, inserted] = s.map.try_emplace(key, backend, now);
   if (inserted) {
     sessions_.fetch_add(1, std::memory_order_relaxed);
+    count_tenant(key, +1);
     if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
   } else {
     it->second.last_seen.store(now, std::memory_order_relaxed);
@@ -58,6 +115,7 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   auto [it, inserted] = s.map.try_emplace(key, backend, now);
   if (inserted) {
     sessions_.fetch_add(1, std::memory_order_relaxed);
+    count_tenant(key, +1);
   } else {
     if (it->second.backend == backend) return;
     if (it->second.backend < per_backend_.size())
@@ -83,8 +141,24 @@ bool session_table::erase_session(const std::string& key) {
   auto backend = it->second.backend;
   s.map.erase(it);
   sessions_.fetch_sub(1, std::memory_order_relaxed);
+  count_tenant(key, -1);
   if (backend < per_backend_.size()) per_backend_[backend].fetch_sub(1, std::memory_order_relaxed);
   return true;
+}
+
+void session_table::count_tenant(const std::string& key, int delta) {
+  auto k = session_key::parse(key);
+  if (!k) return;
+  std::lock_guard lock{tenant_mutex_};
+  auto& n = per_tenant_[k->tenant];
+  n += delta;
+  if (n <= 0) per_tenant_.erase(k->tenant);
+}
+
+std::size_t session_table::sessions_of_tenant(const std::string& tenant) const {
+  std::lock_guard lock{tenant_mutex_};
+  auto it = per_tenant_.find(tenant);
+  return it == per_tenant_.end() ? 0 : static_cast<std::size_t>(it->second);
 }
 
 std::optional<session_table::op_entry> session_table::find_op(const std::string& op_id,
@@ -158,6 +232,39 @@ std::vector<std::size_t> session_table::sessions_per_backend(std::size_t count) 
 
 std::size_t session_table::sessions_on(backend_index backend) const {
   return backend < per_backend_.size() ? per_backend_[backend].load(std::memory_order_relaxed) : 0;
+}
+
+std::vector<session_table::session_row> session_table::list_sessions(
+    const std::string& after, std::size_t limit,
+    const std::function<bool(const std::string& key, backend_index)>& keep) const {
+  return smallest_after<session_row>(
+      session_shards_, after, limit,
+      [&](const std::string& key, const session_entry& e) { return keep(key, e.backend); },
+      [](const std::string& key, const session_entry& e) {
+        return session_row{key, e.backend, e.last_seen.load(std::memory_order_relaxed)};
+      });
+}
+
+std::vector<session_table::op_row> session_table::list_ops(
+    const std::string& after, std::size_t limit,
+    const std::function<bool(const std::string& op_id, const op_entry&)>& keep) const {
+  return smallest_after<op_row>(
+      op_shards_, after, limit,
+      [&](const std::string& key, const op_slot& o) { return keep(key, o.op); },
+      [](const std::string& key, const op_slot& o) {
+        return op_row{key, o.op, o.last_seen.load(std::memory_order_relaxed)};
+      });
+}
+
+void session_table::count_ops(std::unordered_map<std::string, std::size_t>& counts) const {
+  if (counts.empty()) return;
+  for (const auto& s : op_shards_) {
+    std::shared_lock lock{s.mutex};
+    for (const auto& [id, o] : s.map) {
+      auto it = counts.find(o.op.session);
+      if (it != counts.end()) ++it->second;
+    }
+  }
 }
 
 }  // namespace scg::actors

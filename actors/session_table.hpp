@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -25,6 +26,9 @@ struct session_key {
   /// One string for maps and messages. Each part is length-prefixed, so no
   /// choice of ids can make two different keys collide.
   std::string str() const;
+  /// The parts of a str() result; nullopt when `s` is not one. The one place
+  /// that reads a key back, for the admin API's listings and filters.
+  static std::optional<session_key> parse(std::string_view s);
 };
 
 using backend_index = std::uint32_t;
@@ -87,8 +91,45 @@ class session_table {
   /// Sessions bound to `backend` on this replica.
   std::size_t sessions_on(backend_index backend) const;
 
+  /// Sessions of `tenant` in the table (the whole cluster's, replicated).
+  std::size_t sessions_of_tenant(const std::string& tenant) const;
+
+  /// A session binding as the admin API lists it.
+  struct session_row {
+    std::string key;  ///< session_key::str()
+    backend_index backend;
+    clock_ms last_seen;
+  };
+  /// An indexed operation as the admin API lists it.
+  struct op_row {
+    std::string key;  ///< the operation id
+    op_entry op;
+    clock_ms last_seen;
+  };
+
+  /// Up to `limit` sessions whose key sorts after `after` and that `keep`
+  /// accepts, in key order (so a listing pages with the last key as cursor).
+  /// Read-only; it locks one shard at a time, shared, and copies out only the
+  /// rows it returns, so the data path waits at most for one shard's scan.
+  std::vector<session_row> list_sessions(
+      const std::string& after, std::size_t limit,
+      const std::function<bool(const std::string& key, backend_index)>& keep) const;
+
+  /// Up to `limit` operations whose id sorts after `after` and that `keep`
+  /// accepts, in id order; locks as list_sessions.
+  std::vector<op_row> list_ops(
+      const std::string& after, std::size_t limit,
+      const std::function<bool(const std::string& op_id, const op_entry&)>& keep) const;
+
+  /// Adds to each entry of `counts` (keyed by session_key::str()) the number
+  /// of indexed operations of that session: one pass over the index.
+  void count_ops(std::unordered_map<std::string, std::size_t>& counts) const;
+
  private:
   static constexpr std::size_t shard_count = 16;
+  void count_tenant(const std::string& key, int delta);
+  mutable std::mutex tenant_mutex_;  // new and erased sessions only: off the hot path
+  std::unordered_map<std::string, long> per_tenant_;
   struct session_entry {
     backend_index backend;
     std::atomic<clock_ms> last_seen;

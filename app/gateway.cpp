@@ -14,6 +14,8 @@
 
 #include "actors/backend_set.hpp"
 #include "actors/router.hpp"
+#include "auth/authenticator.hpp"
+#include "auth/rate_limit.hpp"
 #include "core/metrics.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
@@ -121,24 +123,26 @@ class backend_keeper {
 };
 
 /// Waits for SIGTERM or SIGINT and returns it; meanwhile reloads the backend
-/// set on SIGHUP and re-resolves `resolve: all` names when due.
-int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
-                         const actors::router& router) {
+/// set on SIGHUP, re-resolves `resolve: all` names when due and lets the
+/// authenticator refresh OIDC keys (off the request path).
+int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path, const actors::router& router,
+                         auth::authenticator& auth) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  auto next_refresh = std::chrono::steady_clock::now();
   for (;;) {
-    int sig = 0;
+    auth.tick();
     if (auto every = keeper.refresh_secs()) {
-      timespec wait{*every, 0};
-      sig = sigtimedwait(&set, nullptr, &wait);
-      if (sig < 0) {
-        if (errno == EAGAIN) keeper.refresh(router);
-        continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_refresh) {
+        if (now > next_refresh) keeper.refresh(router);  // not at start: apply() just ran
+        next_refresh = now + std::chrono::seconds(*every);
       }
-    } else if (sigwait(&set, &sig) != 0) {
-      continue;
     }
+    timespec wait{1, 0};
+    int sig = sigtimedwait(&set, nullptr, &wait);
+    if (sig < 0) continue;  // a second passed (EAGAIN) or a signal interrupted the wait
     if (sig != SIGHUP) return sig;
     if (config_path.empty())
       spdlog::get("main")->warn("sighup_ignored reason=\"no configuration file to reload\"");
@@ -148,6 +152,14 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
 }
 
 }  // namespace
+
+std::optional<config::error> check_secrets(const config::gateway& cfg) {
+  auto auth = auth::authenticator::create(cfg.security);
+  if (auto* err = std::get_if<config::error>(&auth)) return *err;
+  auto tokens = auth::resolve_backend_tokens(cfg.security);
+  if (auto* err = std::get_if<config::error>(&tokens)) return *err;
+  return std::nullopt;
+}
 
 int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
   auto log = spdlog::get("main");
@@ -168,9 +180,27 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   backend_keeper keeper{cfg, backends};
   keeper.apply(cfg.backends, nullptr);  // the router starts the actors of these
   auto table = std::make_shared<actors::session_table>(actors::backend_list::capacity);
-  actors::router router{sys, cfg, table, backends};
+  auto created = auth::authenticator::create(cfg.security);
+  auto tokens = auth::resolve_backend_tokens(cfg.security);
+  for (const config::error* err : {std::get_if<config::error>(&created), std::get_if<config::error>(&tokens)})
+    if (err) {
+      log->error("startup_failed reason=\"{}\"", err->to_string());
+      return 1;
+    }
+  auto authenticator = std::move(std::get<std::unique_ptr<auth::authenticator>>(created));
+  auth::rate_limiter limiter{cfg.security.rate_limits};
 
   net::forward_context fx;
+  fx.auth = authenticator.get();
+  fx.limiter = &limiter;
+  fx.backend_tokens = std::get<auth::backend_credentials>(std::move(tokens));
+  fx.limits = cfg.limits;
+  // Cluster-wide limits: each replica enforces its share, 1 / live members.
+  actors::router router{sys, cfg, table, backends, [&fx, &limiter](std::size_t live) {
+                          const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));
+                          fx.share = share;
+                          limiter.set_share(share);
+                        }};
   fx.backends = backends;
   fx.table = table;
   fx.router = &router;
@@ -201,7 +231,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
               admin ? admin->port() : 0, backends.size());
     if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0, cluster_port);
 
-    int sig = wait_for_stop_signal(keeper, config_path, router);
+    int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator);
     view.ready = false;
     router.stop_new_sessions();
     log->info("draining signal={} deadline_secs={}", sig, cfg.shutdown.deadline_secs);

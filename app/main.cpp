@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!check_path.empty()) {
+    // Keys and secrets are read at start: read them now too, so a missing
+    // file or variable shows here rather than when the replica starts.
+    if (auto err = scg::app::check_secrets(std::get<scg::config::gateway>(loaded))) {
+      std::cerr << "scg: invalid config " << path << ": " << err->to_string() << "\n";
+      return 1;
+    }
     std::cout << "scg: " << path << " is valid\n";
     return 0;
   }

@@ -30,7 +30,7 @@ struct bad_field {
   throw bad_field{{path, std::move(message)}};
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
 
 /// How a node reads in an error message: "a map", "a list", null or the quoted scalar.
 std::string describe(const YAML::Node& n) {
@@ -40,7 +40,7 @@ std::string describe(const YAML::Node& n) {
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Scalar:
-      return quoted(n.Scalar());
+      return in_quotes(n.Scalar());
     default:
       return "null";
   }
@@ -85,7 +85,7 @@ long long as_integer(const YAML::Node& n, const std::string& path) {
   long long v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-    reject(path, "expected an integer, got " + quoted(s));
+    reject(path, "expected an integer, got " + in_quotes(s));
   return v;
 }
 
@@ -102,13 +102,13 @@ double as_number(const YAML::Node& n, const std::string& path) {
   double v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
-    reject(path, "expected a number, got " + quoted(s));
+    reject(path, "expected a number, got " + in_quotes(s));
   return v;
 }
 
 std::string host_port(const YAML::Node& n, const std::string& path, bool allow_zero_port) {
   std::string s = as_string(n, path);
-  if (!valid_host_port(s, allow_zero_port)) reject(path, quoted(s) + " is not host:port");
+  if (!valid_host_port(s, allow_zero_port)) reject(path, in_quotes(s) + " is not host:port");
   return s;
 }
 
@@ -152,19 +152,19 @@ std::vector<backend> parse_backends(const YAML::Node& n) {
       if (b["resolve"]) {
         const auto mode = as_string(b["resolve"], child(at, "resolve"));
         if (mode != "all" && mode != "one")
-          reject(child(at, "resolve"), "expected all or one, got " + quoted(mode));
+          reject(child(at, "resolve"), "expected all or one, got " + in_quotes(mode));
         be.resolve_all = mode == "all";
       }
       if (b["ui_url"]) {
         be.ui_url = as_string(b["ui_url"], child(at, "ui_url"));
         if (be.ui_url.rfind("http://", 0) != 0 && be.ui_url.rfind("https://", 0) != 0)
-          reject(child(at, "ui_url"), quoted(be.ui_url) + " is not an http:// or https:// URL");
+          reject(child(at, "ui_url"), in_quotes(be.ui_url) + " is not an http:// or https:// URL");
       }
     } else {
       reject(at, "expected \"host:port\" or a map, got " + describe(b));
     }
     for (const auto& other : out)
-      if (other.name == be.name) reject(name_path, "duplicate backend name " + quoted(be.name));
+      if (other.name == be.name) reject(name_path, "duplicate backend name " + in_quotes(be.name));
     out.push_back(std::move(be));
   }
   return out;
@@ -174,12 +174,12 @@ void parse_placement(const YAML::Node& n, placement& p) {
   const std::string path = "placement";
   check_keys(n, path,
              {"strategy", "poll_interval_ms", "ewma_alpha", "utilization_weight", "session_weight",
-              "session_cap"});
+              "session_cap", "shed_above"});
   if (n["strategy"]) {
     p.strategy = as_string(n["strategy"], "placement.strategy");
     if (p.strategy != "least_loaded" && p.strategy != "round_robin")
       reject("placement.strategy",
-             "unknown strategy " + quoted(p.strategy) + " (expected least_loaded or round_robin)");
+             "unknown strategy " + in_quotes(p.strategy) + " (expected least_loaded or round_robin)");
   }
   read_int(n, path, "poll_interval_ms", p.poll_interval_ms, 1);
   if (n["ewma_alpha"]) {
@@ -191,6 +191,20 @@ void parse_placement(const YAML::Node& n, placement& p) {
   read_weight(n, path, "utilization_weight", p.utilization_weight);
   read_weight(n, path, "session_weight", p.session_weight);
   read_int(n, path, "session_cap", p.session_cap, 1);
+  if (n["shed_above"]) {
+    double v = as_number(n["shed_above"], "placement.shed_above");
+    if (!(v > 0 && v <= 1)) reject("placement.shed_above", "must be greater than 0 and at most 1, got " + n["shed_above"].Scalar());
+    p.shed_above = v;
+  }
+}
+
+bulkhead parse_bulkhead(const YAML::Node& n, const std::string& path) {
+  check_keys(n, path, {"max_sessions", "max_executions", "max_execution_secs"});
+  bulkhead b;
+  read_int(n, path, "max_sessions", b.max_sessions, 0);
+  read_int(n, path, "max_executions", b.max_executions, 0);
+  read_int(n, path, "max_execution_secs", b.max_execution_secs, 0);
+  return b;
 }
 
 cluster parse_cluster(const YAML::Node& n) {
@@ -237,7 +251,7 @@ cluster parse_cluster(const YAML::Node& n) {
 std::string readable_file(const YAML::Node& n, const std::string& path) {
   auto file = as_string(n, path);
   if (file.empty()) reject(path, "must not be empty");
-  if (access(file.c_str(), R_OK) != 0) reject(path, "cannot read " + quoted(file) + ": " + std::strerror(errno));
+  if (access(file.c_str(), R_OK) != 0) reject(path, "cannot read " + in_quotes(file) + ": " + std::strerror(errno));
   return file;
 }
 
@@ -257,7 +271,8 @@ gateway parse_gateway(const YAML::Node& root) {
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
-              "on_backend_lost", "shutdown", "logging", "cluster", "tls"});
+              "on_backend_lost", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
+              "backend_token", "rate_limits"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -267,6 +282,13 @@ gateway parse_gateway(const YAML::Node& root) {
   g.backends = parse_backends(root["backends"]);
   read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);
   if (const YAML::Node n = root["tls"]; present(n)) g.tls = parse_front_tls(n);
+  {
+    std::vector<std::string> names;
+    for (const auto& b : g.backends) names.push_back(b.name);
+    auto security = auth::parse_security(root, names);
+    if (auto* err = std::get_if<error>(&security)) throw bad_field{*err};
+    g.security = std::move(std::get<auth::security_config>(security));
+  }
   if (const YAML::Node n = root["placement"]; present(n)) parse_placement(n, g.placement);
   if (const YAML::Node n = root["affinity"]; present(n)) {
     check_keys(n, "affinity", {"session_ttl_secs", "op_ttl_secs"});
@@ -274,11 +296,20 @@ gateway parse_gateway(const YAML::Node& root) {
     read_int(n, "affinity", "op_ttl_secs", g.affinity.op_ttl_secs, 1);
   }
   if (const YAML::Node n = root["limits"]; present(n)) {
-    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms"});
+    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "per_tenant", "tenants"});
     if (n["max_message_bytes"])
       g.limits.max_message_bytes = static_cast<std::size_t>(
           integer_in(n["max_message_bytes"], "limits.max_message_bytes", 1024, INT_MAX));
     read_int(n, "limits", "connect_timeout_ms", g.limits.connect_timeout_ms, 1);
+    if (const YAML::Node b = n["per_tenant"]; present(b)) g.limits.per_tenant = parse_bulkhead(b, "limits.per_tenant");
+    if (const YAML::Node t = n["tenants"]; present(t)) {
+      if (!t.IsMap()) reject("limits.tenants", "expected a map, got " + describe(t));
+      for (const auto& kv : t) {
+        const auto name = as_string(kv.first, "limits.tenants");
+        if (!auth::valid_tenant_name(name)) reject(child("limits.tenants", name), "not a valid tenant name");
+        g.limits.tenants[name] = parse_bulkhead(kv.second, child("limits.tenants", name));
+      }
+    }
   }
   if (const YAML::Node n = root["health"]; present(n)) {
     check_keys(n, "health", {"interval_ms", "timeout_ms", "failures", "successes"});
@@ -294,7 +325,7 @@ gateway parse_gateway(const YAML::Node& root) {
       g.on_backend_lost.action = as_string(n["action"], "on_backend_lost.action");
       if (g.on_backend_lost.action != "rebind" && g.on_backend_lost.action != "fail")
         reject("on_backend_lost.action",
-               "unknown action " + quoted(g.on_backend_lost.action) + " (expected rebind or fail)");
+               "unknown action " + in_quotes(g.on_backend_lost.action) + " (expected rebind or fail)");
     }
   }
   if (const YAML::Node n = root["shutdown"]; present(n)) {
@@ -309,7 +340,7 @@ gateway parse_gateway(const YAML::Node& root) {
       for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
         known = known || g.logging.level == l;
       if (!known)
-        reject("logging.level", "unknown level " + quoted(g.logging.level) +
+        reject("logging.level", "unknown level " + in_quotes(g.logging.level) +
                                     " (expected trace, debug, info, warn, error or off)");
     }
   }
@@ -391,13 +422,13 @@ result parse(const std::string& yaml_text) {
 
 result load(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return error{"(file)", "cannot open " + quoted(path) + ": " + std::strerror(errno)};
+  if (!f) return error{"(file)", "cannot open " + in_quotes(path) + ": " + std::strerror(errno)};
   std::string text;
   char buf[8192];
   std::size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
   if (std::ferror(f.get()))
-    return error{"(file)", "cannot read " + quoted(path) + ": " + std::strerror(errno)};
+    return error{"(file)", "cannot read " + in_quotes(path) + ": " + std::strerror(errno)};
   return parse(text);
 }
 

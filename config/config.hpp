@@ -4,9 +4,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
+
+#include "auth/auth_config.hpp"
 
 namespace scg::config {
 
@@ -29,6 +33,9 @@ struct placement {
   double utilization_weight = 0.9;
   double session_weight = 0.1;
   int session_cap = 50;
+  /// Shedding: when every eligible backend's score is above this, new
+  /// sessions are refused (RESOURCE_EXHAUSTED with a retry delay). Absent: off.
+  std::optional<double> shed_above;
 };
 
 /// How long bindings live without traffic.
@@ -38,9 +45,22 @@ struct affinity {
 };
 
 /// Bounds of the forwarding path.
+/// A tenant's bulkhead: what it may hold at once; 0 is no limit.
+struct bulkhead {
+  int max_sessions = 0;        ///< live sessions, cluster-wide
+  int max_executions = 0;      ///< concurrent ExecutePlan/ReattachExecute streams, cluster-wide
+  int max_execution_secs = 0;  ///< longest an execution stream may run before scg interrupts it
+};
+
 struct limits {
   std::size_t max_message_bytes = 256u << 20;  ///< both directions, both sides
   int connect_timeout_ms = 3000;  ///< a backend that cannot be reached answers UNAVAILABLE after this
+  bulkhead per_tenant;                                    ///< every tenant's, unless overridden
+  std::map<std::string, bulkhead, std::less<>> tenants;  ///< per tenant: replaces per_tenant
+  const bulkhead& for_tenant(std::string_view tenant) const {
+    auto it = tenants.find(tenant);
+    return it == tenants.end() ? per_tenant : it->second;
+  }
 };
 
 /// Active health probes: a cheap Spark Connect RPC (Config on a fixed probe
@@ -109,6 +129,7 @@ struct gateway {
   config::logging logging;
   std::optional<config::cluster> cluster;
   std::optional<front_tls> tls;
+  auth::security_config security;  ///< auth, tenants, backend_token, rate_limits
 };
 
 /// A configuration error; `field` is the dotted path of the offending key

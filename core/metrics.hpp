@@ -36,7 +36,14 @@ namespace scg::core {
   X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \
   X(backend_resolve_failures_total, "Re-resolutions of a resolve: all backend name that failed")   \
   X(backends_added_total, "Backends added to the running set (reload or DNS)")                   \
-  X(backends_removed_total, "Backends taken out of the running set (reload or DNS)")
+  X(backends_removed_total, "Backends taken out of the running set (reload or DNS)")            \
+  X(router_sessions_refused_total, "New sessions refused: the tenant is at limits.max_sessions")  \
+  X(router_sessions_shed_total, "New sessions shed: every backend scored above placement.shed_above") \
+  X(auth_failures_total, "Calls refused UNAUTHENTICATED")                                        \
+  X(rate_limited_total, "Calls refused RESOURCE_EXHAUSTED by rate_limits")                       \
+  X(executions_refused_total, "Executions refused: the tenant is at limits.max_executions")      \
+  X(executions_killed_total, "Executions interrupted at limits.max_execution_secs")              \
+  X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")
 
 #define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
 

@@ -5,9 +5,15 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
+#include <unordered_map>
+#include <variant>
 
+#include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "net/status_page.hpp"
 
 namespace scg::net {
 
@@ -47,7 +53,169 @@ double score_of(const admin_view& view, std::size_t i, const std::vector<std::si
   return actors::score(view.policy, c);
 }
 
+/// Cursors are the last key of a page in hex: opaque to clients and safe in a
+/// URL whatever bytes the session or operation ids hold.
+std::string to_cursor(const std::string& key) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(key.size() * 2);
+  for (unsigned char c : key) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> from_cursor(const std::string& cursor) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  if (cursor.size() % 2) return std::nullopt;
+  std::string out;
+  for (std::size_t i = 0; i < cursor.size(); i += 2) {
+    int hi = nibble(cursor[i]), lo = nibble(cursor[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+/// The query of a listing request, or an error message for a 400.
+std::variant<list_query, std::string> parse_list_query(const httplib::Request& req) {
+  list_query q;
+  if (req.has_param("limit")) {
+    const auto& v = req.get_param_value("limit");
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+      return std::string("limit: expected a positive integer");
+    q.limit = std::clamp<std::size_t>(std::stoul(v), 1, list_query::max_limit);
+  }
+  if (req.has_param("after")) {
+    auto after = from_cursor(req.get_param_value("after"));
+    if (!after) return std::string("after: not a cursor from a previous page's next");
+    q.after = std::move(*after);
+  }
+  q.tenant = req.get_param_value("tenant");
+  q.user = req.get_param_value("user");
+  q.session = req.get_param_value("session");
+  q.backend = req.get_param_value("backend");
+  return q;
+}
+
+const std::string& backend_name(const admin_view& view, actors::backend_index i) {
+  static const std::string none;
+  return i < view.backends.size() ? view.backends[i]->name : none;
+}
+
+/// Whether backend `i` passes the query's backend filter.
+bool backend_matches(const admin_view& view, const list_query& q, actors::backend_index i) {
+  return q.backend.empty() || backend_name(view, i) == q.backend;
+}
+
+/// Whether the session `key` passes the query's tenant, user and session filters.
+bool key_matches(const list_query& q, const std::string& key) {
+  if (q.tenant.empty() && q.user.empty() && q.session.empty()) return true;
+  auto k = actors::session_key::parse(key);
+  return k && (q.tenant.empty() || k->tenant == q.tenant) && (q.user.empty() || k->user_id == q.user) &&
+         (q.session.empty() || k->session_id == q.session);
+}
+
+/// The identity fields of a session key, as listings show them.
+void add_key_fields(nlohmann::json& item, const std::string& key) {
+  auto k = actors::session_key::parse(key).value_or(actors::session_key{});
+  item["session_id"] = k.session_id;
+  item["user_id"] = k.user_id;
+  item["tenant"] = k.tenant;
+}
+
+/// Session and operation ids are client bytes, not always UTF-8: replace
+/// what JSON cannot carry instead of throwing.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// A JSON answer with `status`.
+void reply_json(httplib::Response& res, int status, const std::string& body) {
+  res.status = status;
+  res.set_content(body, "application/json");
+}
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  reply_json(res, status, dump({{"error", message}}));
+}
+
+/// Serves a file of net/ui/. The page only fetches from its own origin, so a
+/// strict policy costs nothing and keeps injected markup inert.
+void serve_ui(httplib::Response& res, const std::string& name) {
+  const auto* f = find_ui_file(name);
+  if (!f) {
+    res.status = 404;
+    res.set_content("not found\n", "text/plain");
+    return;
+  }
+  res.set_header("Content-Security-Policy", "default-src 'self'");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Cache-Control", "no-cache");
+  res.set_content(std::string(f->body), std::string(ui_content_type(name)));
+}
+
 }  // namespace
+
+std::string sessions_json(const admin_view& view, const list_query& q) {
+  auto rows = view.table->list_sessions(
+      q.after, q.limit + 1, [&](const std::string& key, actors::backend_index b) {
+        return backend_matches(view, q, b) && key_matches(q, key);
+      });
+  // One more row than asked tells whether another page follows.
+  nlohmann::json next = nullptr;
+  if (rows.size() > q.limit) {
+    rows.pop_back();
+    next = to_cursor(rows.back().key);
+  }
+  std::unordered_map<std::string, std::size_t> ops;
+  for (const auto& r : rows) ops.emplace(r.key, 0);
+  view.table->count_ops(ops);
+  const auto now = actors::now_ms();
+  auto list = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json item{{"backend", backend_name(view, r.backend)},
+                        {"last_seen_ms_ago", std::max<actors::clock_ms>(0, now - r.last_seen)},
+                        {"operations", ops[r.key]}};
+    add_key_fields(item, r.key);
+    list.push_back(std::move(item));
+  }
+  return dump({{"sessions", list}, {"next", next}, {"total", view.table->session_count()}});
+}
+
+std::string operations_json(const admin_view& view, const list_query& q) {
+  auto rows = view.table->list_ops(
+      q.after, q.limit + 1, [&](const std::string&, const actors::session_table::op_entry& op) {
+        return backend_matches(view, q, op.backend) && key_matches(q, op.session);
+      });
+  nlohmann::json next = nullptr;
+  if (rows.size() > q.limit) {
+    rows.pop_back();
+    next = to_cursor(rows.back().key);
+  }
+  const auto now = actors::now_ms();
+  auto list = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json item{{"operation_id", r.key},
+                        {"backend", backend_name(view, r.op.backend)},
+                        {"last_seen_ms_ago", std::max<actors::clock_ms>(0, now - r.last_seen)}};
+    add_key_fields(item, r.op.session);
+    list.push_back(std::move(item));
+  }
+  return dump({{"operations", list}, {"next", next}, {"total", view.table->op_count()}});
+}
+
+std::string events_json(std::uint64_t after) {
+  auto list = nlohmann::json::array();
+  for (const auto& e : core::global_events().since(after))
+    list.push_back({{"seq", e.seq}, {"time_ms", e.time_ms}, {"kind", e.kind}, {"text", e.text}});
+  return dump({{"events", list}});
+}
 
 std::string backends_json(const admin_view& view) {
   auto bound = view.table->sessions_per_backend(view.backends.size());
@@ -168,20 +336,36 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
            [&view](const httplib::Request& req, httplib::Response& res) {
              const std::string name = req.matches[1];
              const bool on = req.matches[2] == "drain";
-             if (!actors::find_backend(view.backends, name)) {
-               res.status = 404;
-               res.set_content(nlohmann::json{{"error", "no backend named " + name}}.dump(),
-                               "application/json");
-               return;
-             }
+             if (!actors::find_backend(view.backends, name))
+               return reply_error(res, 404, "no backend named " + name);
              view.set_draining(name, on);
              spdlog::get("admin")->info("backend_{} backend={} remote={}", on ? "drain" : "undrain", name,
                                         req.remote_addr);
+             core::record_event(on ? "drain" : "undrain",
+                                "backend " + name + (on ? " drained" : " undrained") + " by " + req.remote_addr);
              res.set_content(nlohmann::json{{"backend", name}, {"draining", on}}.dump(), "application/json");
            });
   srv.Get("/api/v1/cluster", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(cluster_json(view), "application/json");
   });
+  auto listing = [&view](auto render) {
+    return [&view, render](const httplib::Request& req, httplib::Response& res) {
+      auto q = parse_list_query(req);
+      if (auto* error = std::get_if<std::string>(&q)) return reply_error(res, 400, *error);
+      reply_json(res, 200, render(view, std::get<list_query>(q)));
+    };
+  };
+  srv.Get("/api/v1/sessions", listing(sessions_json));
+  srv.Get("/api/v1/operations", listing(operations_json));
+  srv.Get("/api/v1/events", [](const httplib::Request& req, httplib::Response& res) {
+    const auto& after = req.get_param_value("after");
+    if (after.size() > 19 || after.find_first_not_of("0123456789") != std::string::npos)
+      return reply_error(res, 400, "after: expected the seq of an event");
+    reply_json(res, 200, events_json(after.empty() ? 0 : std::stoull(after)));
+  });
+  srv.Get("/", [](const httplib::Request&, httplib::Response& res) { serve_ui(res, "index.html"); });
+  srv.Get(R"(/ui/([A-Za-z0-9_.-]+))",
+          [](const httplib::Request& req, httplib::Response& res) { serve_ui(res, req.matches[1]); });
   srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(view), "text/plain; version=0.0.4");
   });

@@ -1,7 +1,9 @@
 #pragma once
-// The admin HTTP endpoint: health, readiness, backends, metrics.
+// The admin HTTP endpoint: health, readiness, backends, sessions, operations,
+// events, metrics, and the live status page (net/ui/).
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,6 +52,27 @@ std::string backends_json(const admin_view& view);
 
 /// The body of GET /api/v1/cluster.
 std::string cluster_json(const admin_view& view);
+
+/// One page of a listing: at most `limit` items after cursor `after` (the
+/// previous page's last key), keeping those that match every non-empty filter.
+struct list_query {
+  static constexpr std::size_t default_limit = 100;
+  static constexpr std::size_t max_limit = 1000;
+  std::size_t limit = default_limit;
+  std::string after;
+  std::string tenant, user, session, backend;  ///< exact matches; empty: any
+};
+
+/// The body of GET /api/v1/sessions: `sessions` (session_id, user_id, tenant,
+/// backend, last_seen_ms_ago, operations), `next` (cursor or null), `total`.
+std::string sessions_json(const admin_view& view, const list_query& q);
+
+/// The body of GET /api/v1/operations: `operations` (operation_id,
+/// session_id, user_id, tenant, backend, last_seen_ms_ago), `next`, `total`.
+std::string operations_json(const admin_view& view, const list_query& q);
+
+/// The body of GET /api/v1/events: the kept events with seq > `after`.
+std::string events_json(std::uint64_t after);
 
 /// The body of GET /metrics.
 std::string metrics_text(const admin_view& view);

@@ -1,20 +1,25 @@
 // The flow of one RPC through scg, start to end:
 //
-//   1. a client call arrives on the generic service (any method);
+//   1. a client call arrives on the generic service (any method); its bearer
+//      token is checked and its tenant resolved (auth/authenticator.hpp);
 //   2. the first request message is read and its routing fields scanned
-//      (net/wire.hpp) — plans are never parsed;
+//      (net/wire.hpp) — plans are never parsed; the verified user replaces
+//      user_context.user_id; rate limits and the tenant's bulkheads apply;
 //   3. the backend is found: operation index first for Reattach/Release/
 //      Interrupt, then the session table; a brand-new session asks the
 //      router actor (which, in a cluster, asks the key's owner replica) and
 //      is answered through a callback (no thread blocks); a session whose
 //      backend is lost is rebound or refused (on_backend_lost);
-//   4. a generic call to that backend starts with the client's metadata,
-//      deadline and an x-request-id;
+//   4. a generic call to that backend starts with the client's metadata
+//      (its authorization replaced by scg's backend token), deadline and an
+//      x-request-id;
 //   5. messages are pumped both ways, one read and one write in flight per
 //      direction, so a slow reader slows its producer instead of buffering;
 //   6. operation ids and cloned sessions are learned from responses;
 //   7. the backend's headers, trailers and status (with details) go back to
-//      the client unchanged.
+//      the client unchanged (a Config response has the backend's own token
+//      redacted); an execution past its tenant's max_execution_secs is
+//      interrupted on the backend and ends DEADLINE_EXCEEDED.
 #include "net/forwarder.hpp"
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -22,10 +27,16 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
+#include "auth/authenticator.hpp"
+#include "auth/protowire.hpp"
+#include "auth/rate_limit.hpp"
+#include "auth/rewrite.hpp"
+#include "core/audit.hpp"
 #include "core/ids.hpp"
 #include "core/metrics.hpp"
 #include "net/wire.hpp"
@@ -41,7 +52,8 @@ bool hop_by_hop(std::string_view key) {
   static constexpr std::string_view dropped[] = {
       "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
       "host", "content-type", "user-agent", "grpc-timeout", "grpc-encoding",
-      "grpc-accept-encoding", "x-request-id"};
+      "grpc-accept-encoding", "x-request-id",
+      "authorization"};  // the client's credential is for scg, never for the backend
   if (!key.empty() && key[0] == ':') return true;
   for (auto d : dropped)
     if (key == d) return true;
@@ -73,6 +85,54 @@ segments segments_of(const grpc::ByteBuffer& buf, std::vector<grpc::Slice>& keep
   return out;
 }
 
+/// The bytes of `buf` in one string (only for the messages scg edits).
+std::string flatten(const grpc::ByteBuffer& buf) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buf.Dump(&slices).ok()) return out;
+  out.reserve(buf.Length());
+  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+grpc::ByteBuffer buffer_of(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+/// Executions: the streams a tenant's bulkhead counts and times.
+bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
+
+/// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
+/// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
+void send_interrupt(actors::backend_state& backend, const std::string& session, const std::string& user,
+                    const std::string& op_id, const std::string& token, const std::string& request_id) {
+  namespace pw = auth::protowire;
+  struct call {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request, response;
+  };
+  std::string user_context, body;
+  pw::put_bytes(user_context, 1, user);
+  pw::put_bytes(body, 1, session);
+  pw::put_bytes(body, 2, user_context);
+  pw::put_uint(body, 4, 3);  // INTERRUPT_TYPE_OPERATION_ID
+  pw::put_bytes(body, 6, op_id);
+  auto* c = new call;
+  c->request = buffer_of(body);
+  c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  c->ctx.AddMetadata("x-request-id", request_id);
+  if (!token.empty()) c->ctx.AddMetadata("authorization", "Bearer " + token);
+  backend.stub->UnaryCall(&c->ctx, std::string(service_prefix) + "Interrupt", grpc::StubOptions(), &c->request,
+                          &c->response, [c, op_id, name = backend.name](grpc::Status s) {
+                            if (!s.ok())
+                              forward_log().warn("interrupt_failed backend={} operation_id={} code={} reason=\"{}\"",
+                                                 name, op_id, core::status_code_name(s.error_code()),
+                                                 s.error_message());
+                            delete c;
+                          });
+}
+
 /// RPCs whose request is one message: sent with WriteLast, no further reads.
 bool single_request(rpc r) { return r != rpc::add_artifacts && r != rpc::unknown; }
 
@@ -100,6 +160,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                    "scg forwards only " + std::string(service_prefix) + "* methods, not " + method);
       return;
     }
+    if (!authenticate(md)) return;
     StartRead(&request_);
   }
 
@@ -114,6 +175,13 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       return upstream_.RemoveHold();
     }
     core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
+    // Every message of a stream (AddArtifacts) carries the verified user.
+    if (identity_.verified && !rewrite_user(request_)) {
+      upstream_.StartWritesDone();  // the backend call ends; the client gets the error below
+      bad_stream_message_ = true;
+      client_ctx_.TryCancel();
+      return upstream_.RemoveHold();
+    }
     upstream_.StartWrite(&request_);
   }
 
@@ -166,6 +234,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   }
 
   void OnDone() override {
+    if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
+    if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
+      core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
+                                {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
+                                {"backend", backend_ ? std::string_view(backend_->name) : std::string_view()},
+                                {"code", core::status_code_name(final_code_)}, {"request_id", request_id_}});
     core::global_metrics().count_rpc(rpc_, final_code_);
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
     release();
@@ -201,7 +275,14 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                                 std::string(rpc_name(rpc_)) + " message: " + scan.reason);
       }
     }
-    key_ = actors::session_key{"", fields_.user_id, fields_.session_id}.str();
+    if (identity_.verified) {
+      fields_.user_id = identity_.user_id;
+      if (has_first_message_ && !rewrite_user(request_))
+        return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
+    }
+    if (!admit()) return;
+    key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
     const auto now = actors::now_ms();
     if (follows_operation(rpc_, fields_)) {
       // An operation on a lost backend died with it: route by session, and
@@ -241,7 +322,10 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   void on_route(const actors::route_result& r) {
     if (!r.backend) {
       log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), r.error);
-      return finish_local(grpc::StatusCode::UNAVAILABLE, r.error);
+      if (r.retry_after_ms > 0)
+        return finish_retry_later(static_cast<grpc::StatusCode>(r.code), r.error,
+                                  std::chrono::milliseconds(r.retry_after_ms));
+      return finish_local(static_cast<grpc::StatusCode>(r.code), r.error);
     }
     log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
                fx_.backends[*r.backend]->name);
@@ -272,8 +356,18 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       if (!hop_by_hop(view(k))) client_ctx_.AddMetadata(std::string(view(k)), std::string(view(v)));
     }
     client_ctx_.AddMetadata("x-request-id", request_id_);
-    if (ctx_->deadline() != std::chrono::system_clock::time_point::max())
-      client_ctx_.set_deadline(ctx_->deadline());
+    if (const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant); !token.empty())
+      client_ctx_.AddMetadata("authorization", "Bearer " + token);
+    auto deadline = ctx_->deadline();
+    if (is_execution(rpc_)) {
+      // An execution longer than its tenant may run is cut here, then interrupted.
+      if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
+        execution_limit_ = std::chrono::system_clock::now() + std::chrono::seconds(secs);
+        if (*execution_limit_ < deadline) deadline = *execution_limit_;
+        else execution_limit_.reset();  // the client's own deadline comes first
+      }
+    }
+    if (deadline != std::chrono::system_clock::time_point::max()) client_ctx_.set_deadline(deadline);
 
     {
       std::lock_guard lock{mu_};
@@ -301,6 +395,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                               &response_[0], [this](grpc::Status status) {
                                 pass_headers();
                                 if (status.ok()) learn_from_first_response(response_[0]);
+                                if (status.ok() && rpc_ == rpc::config) redact_config();
                                 on_backend_done(status);
                               });
   }
@@ -429,6 +524,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
                 rpc_name(rpc_), backend_->name, status.error_message());
     }
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && execution_limit_ &&
+        std::chrono::system_clock::now() >= *execution_limit_)
+      out = kill_execution();
+    if (bad_stream_message_)
+      out = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     if (status.ok()) learn_from_success();
     for (const auto& [k, v] : client_ctx_.GetServerTrailingMetadata()) {
       if (!transport_header(view(k)))
@@ -449,6 +550,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   // --- learning from the conversation ------------------------------------------
 
   void learn_operation(const std::string& op_id) {
+    operation_id_ = op_id;
     fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms());
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
@@ -463,7 +565,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     if (rpc_ == rpc::clone_session) {
       const auto& id = !f.new_session_id.empty() ? f.new_session_id : fields_.new_session_id;
       if (!id.empty())
-        fx_.router->bind_clone(actors::session_key{"", fields_.user_id, id}.str(), backend_index_);
+        fx_.router->bind_clone(actors::session_key{identity_.tenant, fields_.user_id, id}.str(), backend_index_);
     }
   }
 
@@ -477,7 +579,112 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     }
   }
 
+  // --- security and overload ----------------------------------------------------
+
+  /// Checks the caller's credential and resolves the tenant; false when the
+  /// call was refused (UNAUTHENTICATED, with a reason that leaks nothing).
+  bool authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+    if (!fx_.auth) return true;
+    std::optional<std::string_view> authorization;
+    if (auto it = md.find("authorization"); it != md.end()) authorization = view(it->second);
+    auto headers = [&md](std::string_view key) -> std::optional<std::string_view> {
+      auto it = md.find(grpc::string_ref(key.data(), key.size()));
+      if (it == md.end()) return std::nullopt;
+      return view(it->second);
+    };
+    auto r = fx_.auth->authenticate(authorization, headers);
+    if (auto* fail = std::get_if<auth::failure>(&r)) {
+      core::bump(core::global_metrics().auth_failures_total);
+      core::audit("auth.failure", {{"rpc", rpc_name(rpc_)}, {"reason", fail->reason}, {"request_id", request_id_},
+                                   {"peer", ctx_->peer()}});
+      finish_local(grpc::StatusCode::UNAUTHENTICATED, "scg: " + fail->reason);
+      return false;
+    }
+    identity_ = std::get<auth::identity>(std::move(r));
+    return true;
+  }
+
+  /// Puts the verified user into a request message; false when it is not
+  /// valid protobuf.
+  bool rewrite_user(grpc::ByteBuffer& msg) {
+    auto rewritten = auth::rewrite_user_id(flatten(msg), identity_.user_id);
+    if (!rewritten) return false;
+    msg = buffer_of(*rewritten);
+    return true;
+  }
+
+  /// Rate limits and the executions bulkhead; false when the call was refused.
+  bool admit() {
+    if (fx_.limiter && fx_.limiter->enabled()) {
+      auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
+      if (!a.allowed) {
+        core::bump(core::global_metrics().rate_limited_total);
+        core::audit("rate_limited", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
+                                     {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
+                                     {"request_id", request_id_}});
+        finish_retry_later(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "scg: rate limit of tenant " + identity_.tenant + " reached (rate_limits); retry after " +
+                               std::to_string(a.retry_after.count()) + " ms",
+                           a.retry_after);
+        return false;
+      }
+    }
+    if (!is_execution(rpc_)) return true;
+    const auto cap = fx_.limits.for_tenant(identity_.tenant).max_executions;
+    // Each replica holds its share of the cluster-wide cap, at least one.
+    const int mine = cap > 0 ? std::max(1, static_cast<int>(std::ceil(cap * fx_.share.load()))) : 0;
+    if (!fx_.executions.try_take(identity_.tenant, mine)) {
+      core::bump(core::global_metrics().executions_refused_total);
+      core::audit("execution.refused", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
+                                        {"session", fields_.session_id}, {"request_id", request_id_}});
+      finish_retry_later(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         "scg: tenant " + identity_.tenant + " runs " + std::to_string(mine) +
+                             " executions through this replica, its share of limits.max_executions (" +
+                             std::to_string(cap) + "); retry later",
+                         std::chrono::seconds(1));
+      return false;
+    }
+    holds_execution_slot_ = true;
+    return true;
+  }
+
+  /// The execution outlived max_execution_secs: the backend is told to stop
+  /// it, the client why its stream ended.
+  grpc::Status kill_execution() {
+    const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
+    const auto& op = !operation_id_.empty() ? operation_id_ : fields_.operation_id;
+    if (!op.empty())
+      send_interrupt(*backend_, fields_.session_id, fields_.user_id, op,
+                     fx_.backend_tokens.for_tenant(identity_.tenant), request_id_);
+    core::bump(core::global_metrics().executions_killed_total);
+    core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
+                                     {"session", fields_.session_id}, {"operation", op},
+                                     {"backend", backend_->name}, {"request_id", request_id_}});
+    log_.warn("execution_killed request_id={} backend={} operation_id={} limit_secs={}", request_id_,
+              backend_->name, op, secs);
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "scg: the execution ran longer than tenant " + identity_.tenant +
+                            " may (limits.max_execution_secs = " + std::to_string(secs) + "); operation " +
+                            (op.empty() ? std::string("(id unknown)") : op) + " was interrupted");
+  }
+
+  /// Hides the backend's own token if a (pre-4.0) server echoes it in Config.
+  void redact_config() {
+    auto bytes = flatten(response_[0]);
+    if (bytes.find(auth::authenticate_token_key) == std::string::npos) return;
+    std::string redacted;
+    if (auth::redact_config_response(bytes, redacted) != auth::redact_outcome::redacted) return;
+    response_[0] = buffer_of(redacted);
+    core::bump(core::global_metrics().config_redactions_total);
+  }
+
   // --- finishing -----------------------------------------------------------------
+
+  /// Refuses the call with `code` and a google.rpc.RetryInfo detail, which
+  /// Spark clients honour by waiting `delay` before retrying.
+  void finish_retry_later(grpc::StatusCode code, const std::string& message, std::chrono::milliseconds delay) {
+    finish(grpc::Status(code, message, auth::retry_status_details(static_cast<int>(code), message, delay)));
+  }
 
   /// Answers the client with a status scg produced itself (logged by the caller).
   void finish_local(grpc::StatusCode code, const std::string& message) {
@@ -521,6 +728,11 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   std::uint64_t responses_ = 0;
   backend_index backend_index_ = 0;
   int final_code_ = 0;
+  auth::identity identity_{"", "", false};  // who calls, for which tenant
+  std::string operation_id_;                // the execution's id, once known
+  std::optional<std::chrono::system_clock::time_point> execution_limit_;  // max_execution_secs
+  bool holds_execution_slot_ = false;
+  bool bad_stream_message_ = false;  // a streamed message was not valid protobuf
 
   std::mutex mu_;  // guards what both sides touch, below
   bool upstream_started_ = false;

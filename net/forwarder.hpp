@@ -6,9 +6,20 @@
 #include <cstdint>
 #include <memory>
 
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
 #include "actors/backend.hpp"
 #include "actors/router.hpp"
 #include "actors/session_table.hpp"
+#include "auth/auth_config.hpp"
+#include "config/config.hpp"
+
+namespace scg::auth {
+class authenticator;
+class rate_limiter;
+}  // namespace scg::auth
 
 namespace grpc {
 class ByteBuffer;
@@ -19,6 +30,31 @@ class ServerBidiReactor;
 
 namespace scg::net {
 
+/// Concurrent executions per tenant on this replica (the max_executions bulkhead).
+class execution_slots {
+ public:
+  /// Takes a slot of `tenant` unless `cap` are taken; cap 0: no limit.
+  bool try_take(const std::string& tenant, int cap) {
+    std::lock_guard lock{mu_};
+    auto& n = in_use_[tenant];
+    if (cap > 0 && n >= cap) {
+      if (n == 0) in_use_.erase(tenant);
+      return false;
+    }
+    ++n;
+    return true;
+  }
+  void give_back(const std::string& tenant) {
+    std::lock_guard lock{mu_};
+    auto it = in_use_.find(tenant);
+    if (it != in_use_.end() && --it->second <= 0) in_use_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, int> in_use_;
+};
+
 /// What every forwarded call shares; outlives all calls.
 struct forward_context {
   actors::backend_list backends;
@@ -27,6 +63,15 @@ struct forward_context {
   std::atomic<std::uint64_t> cursor{0};  ///< spreads calls that carry no session
   std::int64_t lost_after_ms = 30000;    ///< on_backend_lost.after_secs
   bool rebind_lost = true;               ///< on_backend_lost.action == rebind
+
+  // --- security and overload (docs/security.md, docs/multitenancy.md)
+  const auth::authenticator* auth = nullptr;  ///< who calls, which tenant; never null in a replica
+  auth::rate_limiter* limiter = nullptr;      ///< rate_limits; null: none
+  auth::backend_credentials backend_tokens;   ///< authorization scg presents to backends
+  config::limits limits;                      ///< per-tenant bulkheads
+  execution_slots executions;
+  /// This replica's share of cluster-wide limits: 1 / live members.
+  std::atomic<double> share{1.0};
 };
 
 /// Starts forwarding the call behind `ctx`; the reactor deletes itself when

@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libasio-dev libssl-dev libjemalloc-dev
   curl procps iproute2 python3 python3-yaml openssl
+  chromium prometheus
 )
 
 # Bench only: nginx and HAProxy to compare scg with, h2load as a second load

@@ -15,62 +15,6 @@ using namespace scg::test;
 
 namespace {
 
-std::string cluster_block(const std::string& node, const std::vector<int>& seed_ports) {
-  std::string y = "cluster:\n  node_name: " + node + "\n  bind_addr: \"127.0.0.1:0\"\n  seeds: [";
-  for (std::size_t i = 0; i < seed_ports.size(); ++i)
-    y += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(seed_ports[i]) + "\"";
-  return y + "]\n  sync_wait_secs: 3\n";
-}
-
-/// Backends and replicas on loopback: replica 0 first, the others seeded from it.
-struct cluster_env {
-  temp_dir dir;
-  std::vector<fake_spark> fakes;
-  std::vector<std::unique_ptr<gateway>> replicas;
-
-  std::string extra_yaml;
-
-  explicit cluster_env(int n_replicas, std::string extra = "") : extra_yaml(std::move(extra)) {
-    for (const char* name : {"fake-a", "fake-b", "fake-c"}) fakes.push_back(start_fake(dir, name));
-    for (int i = 0; i < n_replicas; ++i) add_replica(i == 0 ? std::vector<int>{} : std::vector<int>{replicas[0]->cluster_port});
-    REQUIRE(wait_for_mesh(10s));
-  }
-
-  gateway& add_replica(const std::vector<int>& seeds) {
-    std::string name = "scg-" + std::to_string(replicas.size());
-    replicas.push_back(std::make_unique<gateway>(start_gateway(
-        dir, gateway_yaml({&fakes[0], &fakes[1], &fakes[2]}, extra_yaml + cluster_block(name, seeds)), name)));
-    return *replicas.back();
-  }
-
-  /// Every live replica sees every other live one up.
-  bool wait_for_mesh(std::chrono::milliseconds timeout) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (std::chrono::steady_clock::now() >= until) {
-        for (auto& r : replicas)
-          if (r) UNSCOPED_INFO("readyz " << http_get(r->admin_port, "/readyz").first << " "
-                                         << http_get(r->admin_port, "/api/v1/cluster").second);
-        return false;
-      }
-      bool all = true;
-      std::size_t live = 0;
-      for (auto& r : replicas) live += r != nullptr;
-      for (auto& r : replicas) {
-        if (!r) continue;
-        auto [code, body] = http_get(r->admin_port, "/api/v1/cluster");
-        if (code != 200) { all = false; break; }
-        std::size_t up = 0;
-        auto view = nlohmann::json::parse(body);
-        for (const auto& m : view["members"]) up += m["status"] != "down";
-        all = all && up == live && http_get(r->admin_port, "/readyz").first == 200;
-      }
-      if (all) return true;
-      std::this_thread::sleep_for(100ms);
-    }
-  }
-};
-
 std::string config_backend(int port, const std::string& session, grpc::Status* status = nullptr) {
   return backend_for_session(port, session, "ursula", status);
 }

@@ -155,6 +155,29 @@ bool eventually(F ok, std::chrono::milliseconds timeout) {
   return true;
 }
 
+/// The YAML `cluster:` block of replica `node` on loopback, seeded with
+/// `seed_ports`.
+std::string cluster_block(const std::string& node, const std::vector<int>& seed_ports);
+
+/// Backends fake-a, fake-b, fake-c and replicas scg-0, scg-1, … on loopback:
+/// replica 0 first, the others seeded from it. The constructor returns once
+/// the mesh is complete (a failed REQUIRE otherwise).
+struct cluster_env {
+  temp_dir dir;
+  std::vector<fake_spark> fakes;
+  std::vector<std::unique_ptr<gateway>> replicas;
+  std::string extra_yaml;
+
+  explicit cluster_env(int n_replicas, std::string extra = "");
+
+  /// Starts the next replica, seeded with `seeds`.
+  gateway& add_replica(const std::vector<int>& seeds);
+
+  /// Waits up to `timeout` until every live replica sees every other live one
+  /// up and is ready; on time-out adds what each one sees to the test's log.
+  bool wait_for_mesh(std::chrono::milliseconds timeout);
+};
+
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);
 

@@ -54,3 +54,17 @@ TEST_CASE("strategy names parse and unknown ones do not", "[placement]") {
   CHECK(parse_strategy("least_loaded") == placement_policy::strategy::least_loaded);
   CHECK_FALSE(parse_strategy("fastest"));
 }
+
+TEST_CASE("shedding holds only when every eligible backend scores above the line", "[placement]") {
+  placement_policy p;  // 0.9 × utilization + 0.1 × fill
+  std::vector<candidate> b(3);
+  b[0].utilization = 0.95;
+  b[1].utilization = 0.99;
+  b[2].utilization = 0.1;
+  b[2].eligible = false;  // an idle backend that cannot take sessions does not help
+  CHECK(all_above(p, b, 0.8));
+  b[1].utilization = 0.5;
+  CHECK_FALSE(all_above(p, b, 0.8));
+  b[0].eligible = b[1].eligible = false;
+  CHECK_FALSE(all_above(p, b, 0.8));  // nothing eligible: "no backend", not shedding
+}

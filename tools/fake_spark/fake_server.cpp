@@ -124,6 +124,13 @@ call_prologue begin_call(CallbackServerContext& ctx, fake_state& state, const st
   call.knobs = {number_header(ctx, "x-fake-responses"), number_header(ctx, "x-fake-payload-bytes"),
                 number_header(ctx, "x-fake-delay-ms"),
                 number_header(ctx, "x-fake-stream-max-responses")};
+  if (!state.required_token().empty() &&
+      header(ctx, "authorization").value_or("") != "Bearer " + state.required_token()) {
+    state.count_error("FAKE.UNAUTHENTICATED");
+    call.failure = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                "[FAKE.UNAUTHENTICATED] authorization is missing or not the server's token");
+    return call;
+  }
   auto code = number_header(ctx, "x-fake-fail");
   if (code && *code > 0 && *code <= grpc::StatusCode::UNAUTHENTICATED) {
     state.count_error("FAKE.INJECTED");
@@ -285,6 +292,8 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
     if (names_.empty()) {
       key_ = key_of(request_);
       observed_ = observed(request_);
+    } else if (request_.user_context().user_id() != key_.user_id) {
+      mixed_users_ = true;  // one upload, one session: a gateway must not let users differ
     }
     const size_t bytes =
         request_.batch().size() + request_.begin_chunk().size() + request_.chunk().size();
@@ -298,6 +307,11 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
   void finish_upload() {
     if (names_.empty()) {
       Finish(grpc::Status::OK);
+      return;
+    }
+    if (mixed_users_) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "[FAKE.MIXED_USERS] the messages of one AddArtifacts call name different users"));
       return;
     }
     std::string server_side_id;
@@ -327,6 +341,7 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
   session_key key_;
   std::optional<std::string> observed_;
   std::vector<std::string> names_;
+  bool mixed_users_ = false;
 };
 
 // ---------------------------------------------------------- unknown methods
@@ -579,6 +594,7 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
                                   Fill fill) {
     auto call = begin_call(*ctx, state_, method);
     if (call.failure) return reply(ctx, *call.failure);
+    ctx->AddInitialMetadata("x-fake-user", request.user_context().user_id());
     auto error = state_.with_session(key_of(request), observed(request), use == session_use::create,
                                      [&](session_state& session) -> maybe_error {
                                        response.set_session_id(request.session_id());
@@ -607,7 +623,9 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
 
 struct fake_server::impl {
   explicit impl(options o)
-      : opts(std::move(o)), state(opts.name), service(state, timer, opts), echo(state) {}
+      : opts(std::move(o)), state(opts.name), service(state, timer, opts), echo(state) {
+    state.set_required_token(opts.token);
+  }
 
   options opts;
   fake_state state;

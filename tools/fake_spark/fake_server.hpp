@@ -22,6 +22,7 @@ struct options {
   int64_t payload_bytes = 64;
   int64_t delay_ms = 0;
   int64_t max_message_bytes = int64_t{256} << 20;
+  std::string token;  // non-empty: calls need "authorization: Bearer TOKEN"
 };
 
 /// The emulator's gRPC server; its state lives as long as the object.

@@ -198,6 +198,11 @@ class fake_state {
 
   const std::string& name() const { return name_; }
 
+  /// `--token`: every call must carry `authorization: Bearer TOKEN`, as
+  /// Spark does with spark.connect.authenticate.token. Empty: no check.
+  void set_required_token(std::string token) { required_token_ = std::move(token); }
+  const std::string& required_token() const { return required_token_; }
+
   /// Runs fn on key's session under the lock, creating a missing session when `create`.
   /// A given `observed` id must equal the session's server-side id.
   maybe_error with_session(const session_key& key, const std::optional<std::string>& observed,
@@ -327,6 +332,7 @@ class fake_state {
   }
 
   const std::string name_;
+  std::string required_token_;  // set once before serving
   const std::string process_token_;
   mutable std::mutex mu_;
   std::map<session_key, session_state> sessions_;

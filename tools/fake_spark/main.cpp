@@ -20,7 +20,7 @@ namespace {
 constexpr const char* usage =
     "usage: scg-fake-spark --listen HOST:PORT --name NAME [--ui-listen HOST:PORT]\n"
     "         [--port-file FILE] [--stream-max-responses N] [--responses N]\n"
-    "         [--payload-bytes N] [--delay-ms N] [--max-message-bytes N]\n"
+    "         [--payload-bytes N] [--delay-ms N] [--max-message-bytes N] [--token TOKEN]\n"
     "PORT 0 picks a free port; --port-file receives {\"grpc\": PORT, \"ui\": PORT}.\n";
 
 std::optional<int64_t> parse_count(const std::string& text) {
@@ -40,7 +40,8 @@ std::optional<options> parse_args(int argc, char** argv) {
   const std::map<std::string, std::string*> text_flags = {{"--listen", &opts.listen},
                                                           {"--name", &opts.name},
                                                           {"--ui-listen", &opts.ui_listen},
-                                                          {"--port-file", &opts.port_file}};
+                                                          {"--port-file", &opts.port_file},
+                                                          {"--token", &opts.token}};
   const std::map<std::string, int64_t*> count_flags = {
       {"--stream-max-responses", &opts.stream_max_responses},
       {"--responses", &opts.responses},
