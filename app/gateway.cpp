@@ -16,14 +16,16 @@
 #include "actors/router.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rate_limit.hpp"
+#include "core/log_format.hpp"
 #include "core/metrics.hpp"
+#include "core/tracing.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
 #include "net/front_door.hpp"
 
 namespace scg::app {
 
-void setup_logging(const std::string& level) {
+void setup_logging(const std::string& level, const std::string& format) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   for (const char* name : {"main", "forward", "router", "backend", "admin", "cluster", "audit"}) {
     if (spdlog::get(name)) continue;
@@ -32,6 +34,7 @@ void setup_logging(const std::string& level) {
     logger->set_level(spdlog::level::from_str(level));
     spdlog::register_logger(logger);
   }
+  core::set_log_format(format);
 }
 
 namespace {
@@ -190,7 +193,15 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   auto authenticator = std::move(std::get<std::unique_ptr<auth::authenticator>>(created));
   auth::rate_limiter limiter{cfg.security.rate_limits};
 
+  // Declared before the forward context: spans are submitted until the last call ends.
+  std::unique_ptr<core::span_exporter> tracer;
+  if (cfg.tracing) {
+    tracer = std::make_unique<core::span_exporter>(*cfg.tracing);
+    log->info("tracing_on endpoint={} service_name={}", cfg.tracing->otlp_endpoint, cfg.tracing->service_name);
+  }
+
   net::forward_context fx;
+  fx.tracer = tracer.get();
   fx.auth = authenticator.get();
   fx.limiter = &limiter;
   fx.backend_tokens = std::get<auth::backend_credentials>(std::move(tokens));

@@ -10,7 +10,7 @@
 namespace scg::app {
 
 /// Sets up the named loggers (forward, router, backend, admin, main) at `level`.
-void setup_logging(const std::string& level);
+void setup_logging(const std::string& level, const std::string& format = "json");
 
 /// Reads what the configuration names but does not contain (JWT key files,
 /// HMAC and backend token secrets); the first problem, naming its field.

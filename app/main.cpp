@@ -79,6 +79,6 @@ int main(int argc, char** argv) {
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  scg::app::setup_logging(cfg.logging.level);
+  scg::app::setup_logging(cfg.logging.level, cfg.logging.format);
   return scg::app::run_gateway(cfg, config_path, port_file);
 }

@@ -266,13 +266,51 @@ front_tls parse_front_tls(const YAML::Node& t) {
   return tls;
 }
 
+/// "http(s)://HOST[:PORT][/PATH]", HOST a name, IPv4 or [IPv6]: a URL scg can post to.
+bool valid_http_url(const std::string& url) {
+  std::string_view rest;
+  std::string default_port;
+  if (url.rfind("http://", 0) == 0) {
+    rest = std::string_view(url).substr(7);
+    default_port = "80";
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = std::string_view(url).substr(8);
+    default_port = "443";
+  } else {
+    return false;
+  }
+  std::string authority(rest.substr(0, rest.find_first_of("/?#")));
+  if (authority.empty()) return false;
+  const bool has_port = authority.find(':') != std::string::npos && authority.back() != ']';
+  return valid_host_port(has_port ? authority : authority + ":" + default_port, false);
+}
+
+tracing parse_tracing(const YAML::Node& n) {
+  check_keys(n, "tracing",
+             {"otlp_endpoint", "service_name", "queue_capacity", "batch_size", "flush_interval_ms", "timeout_ms"});
+  tracing t;
+  if (!n["otlp_endpoint"]) reject("tracing.otlp_endpoint", "required");
+  t.otlp_endpoint = as_string(n["otlp_endpoint"], "tracing.otlp_endpoint");
+  if (!valid_http_url(t.otlp_endpoint))
+    reject("tracing.otlp_endpoint", in_quotes(t.otlp_endpoint) + " is not an http:// or https:// URL with a host");
+  if (n["service_name"]) {
+    t.service_name = as_string(n["service_name"], "tracing.service_name");
+    if (t.service_name.empty()) reject("tracing.service_name", "must not be empty");
+  }
+  read_int(n, "tracing", "queue_capacity", t.queue_capacity, 1);
+  read_int(n, "tracing", "batch_size", t.batch_size, 1);
+  read_int(n, "tracing", "flush_interval_ms", t.flush_interval_ms, 1);
+  read_int(n, "tracing", "timeout_ms", t.timeout_ms, 1);
+  return t;
+}
+
 gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
-              "backend_token", "rate_limits"});
+              "backend_token", "rate_limits", "tracing"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -333,7 +371,12 @@ gateway parse_gateway(const YAML::Node& root) {
     read_int(n, "shutdown", "deadline_secs", g.shutdown.deadline_secs, 0);
   }
   if (const YAML::Node n = root["logging"]; present(n)) {
-    check_keys(n, "logging", {"level"});
+    check_keys(n, "logging", {"level", "format"});
+    if (n["format"]) {
+      g.logging.format = as_string(n["format"], "logging.format");
+      if (g.logging.format != "json" && g.logging.format != "text")
+        reject("logging.format", "unknown format " + in_quotes(g.logging.format) + " (expected json or text)");
+    }
     if (n["level"]) {
       g.logging.level = as_string(n["level"], "logging.level");
       bool known = false;
@@ -345,6 +388,7 @@ gateway parse_gateway(const YAML::Node& root) {
     }
   }
   if (const YAML::Node n = root["cluster"]; present(n)) g.cluster = parse_cluster(n);
+  if (const YAML::Node n = root["tracing"]; present(n)) g.tracing = parse_tracing(n);
   return g;
 }
 

@@ -85,6 +85,7 @@ struct shutdown {
 
 struct logging {
   std::string level = "info";  ///< trace | debug | info | warn | error | off
+  std::string format = "json";  ///< json (one object per line) | text
 };
 
 /// Mutual TLS on cluster links: every replica presents its certificate and
@@ -93,6 +94,17 @@ struct cluster_tls {
   std::string cert_file;  ///< PEM certificate (chain) of this replica
   std::string key_file;   ///< PEM private key
   std::string ca_file;    ///< PEM CA that signs every replica's certificate
+};
+
+/// The `tracing:` block: W3C trace context and spans exported by OTLP/HTTP
+/// (JSON); absent: no spans, and the client's traceparent passes untouched.
+struct tracing {
+  std::string otlp_endpoint;     ///< full URL of the collector's traces endpoint (http:// or https://)
+  std::string service_name = "scg";
+  int queue_capacity = 2048;     ///< finished spans waiting for export; more are dropped
+  int batch_size = 256;          ///< spans per export request
+  int flush_interval_ms = 1000;  ///< a partial batch waits at most this long
+  int timeout_ms = 2000;         ///< one export request (connect, send, answer)
 };
 
 /// The `cluster:` block; absent means a single replica.
@@ -129,6 +141,7 @@ struct gateway {
   config::logging logging;
   std::optional<config::cluster> cluster;
   std::optional<front_tls> tls;
+  std::optional<config::tracing> tracing;  ///< absent: tracing off
   auth::security_config security;  ///< auth, tenants, backend_token, rate_limits
 };
 

@@ -49,6 +49,26 @@ void metrics::render(std::string& out) const {
       out += "\"} " + std::to_string(n) + "\n";
     }
   }
+  header(out, "forward_rpc_duration_seconds", "Time from a call's arrival to its end, by Spark Connect method",
+         "histogram");
+  for (std::size_t r = 0; r < net::rpc_count; ++r) {
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b <= duration_bounds_us.size(); ++b) cumulative += durations[r][b].load(std::memory_order_relaxed);
+    if (cumulative == 0) continue;  // a method never called adds no series
+    const std::string rpc(net::rpc_name(static_cast<net::rpc>(r)));
+    std::uint64_t running = 0;
+    for (std::size_t b = 0; b <= duration_bounds_us.size(); ++b) {
+      running += durations[r][b].load(std::memory_order_relaxed);
+      const std::string le = b < duration_bounds_us.size()
+                                 ? std::to_string(static_cast<double>(duration_bounds_us[b]) / 1e6)
+                                 : std::string("+Inf");
+      out += "scg_forward_rpc_duration_seconds_bucket{rpc=\"" + rpc + "\",le=\"" + le + "\"} " +
+             std::to_string(running) + "\n";
+    }
+    out += "scg_forward_rpc_duration_seconds_sum{rpc=\"" + rpc + "\"} " +
+           std::to_string(static_cast<double>(duration_sum_us[r].load(std::memory_order_relaxed)) / 1e6) + "\n";
+    out += "scg_forward_rpc_duration_seconds_count{rpc=\"" + rpc + "\"} " + std::to_string(running) + "\n";
+  }
 }
 
 metrics& global_metrics() {

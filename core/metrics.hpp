@@ -43,7 +43,10 @@ namespace scg::core {
   X(rate_limited_total, "Calls refused RESOURCE_EXHAUSTED by rate_limits")                       \
   X(executions_refused_total, "Executions refused: the tenant is at limits.max_executions")      \
   X(executions_killed_total, "Executions interrupted at limits.max_execution_secs")              \
-  X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")
+  X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")   \
+  X(tracing_spans_exported_total, "Spans the OTLP collector accepted")                            \
+  X(tracing_spans_dropped_total, "Spans dropped: the export queue was full, or at shutdown")      \
+  X(tracing_export_failures_total, "Spans lost: the OTLP collector failed or could not be reached")
 
 #define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
 
@@ -59,6 +62,22 @@ struct metrics {
 #undef SCG_DECLARE
   /// Finished calls by rpc and status code (scg_forward_rpcs_total).
   std::array<std::array<std::atomic<std::uint64_t>, status_code_count>, net::rpc_count> rpcs{};
+
+  /// Call durations by rpc (scg_forward_rpc_duration_seconds): upper bounds
+  /// in µs, counts per bucket (not cumulative; rendered cumulative), sums.
+  static constexpr std::array<std::uint64_t, 16> duration_bounds_us{
+      500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+      1000000, 2500000, 5000000, 10000000, 60000000, 300000000};
+  std::array<std::array<std::atomic<std::uint64_t>, duration_bounds_us.size() + 1>, net::rpc_count> durations{};
+  std::array<std::atomic<std::uint64_t>, net::rpc_count> duration_sum_us{};
+
+  void observe_duration(net::rpc r, std::uint64_t us) {
+    std::size_t b = 0;
+    while (b < duration_bounds_us.size() && us > duration_bounds_us[b]) ++b;
+    const auto i = static_cast<std::size_t>(r);
+    durations[i][b].fetch_add(1, std::memory_order_relaxed);
+    duration_sum_us[i].fetch_add(us, std::memory_order_relaxed);
+  }
 
   void count_rpc(net::rpc r, int code) {
     if (code < 0 || code >= static_cast<int>(status_code_count)) code = 2;  // UNKNOWN

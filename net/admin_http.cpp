@@ -269,6 +269,18 @@ std::string metrics_text(const admin_view& view) {
   out += "scg_sessions_active " + std::to_string(view.table->session_count()) + "\n";
   gauge("operations_active", "Operations in the operation index", "gauge");
   out += "scg_operations_active " + std::to_string(view.table->op_count()) + "\n";
+  if (view.cluster) {
+    // One series per peer: bounded by the cluster's size, never by traffic.
+    const auto members = view.cluster->members();
+    gauge("cluster_member_up", "1 while the peer replica is connected, 0 when it is down", "gauge");
+    for (const auto& m : members)
+      if (m.status != "self") out += "scg_cluster_member_up{member=\"" + label(m.name) + "\"} " + (m.status == "up" ? "1" : "0") + "\n";
+    gauge("cluster_replication_lag_seconds", "Age of the newest entry from the peer when it arrived here", "gauge");
+    for (const auto& m : members)
+      if (m.status != "self")
+        out += "scg_cluster_replication_lag_seconds{member=\"" + label(m.name) + "\"} " +
+               std::to_string(static_cast<double>(m.lag_ms) / 1000.0) + "\n";
+  }
 
   auto bound = view.table->sessions_per_backend(view.backends.size());
   struct per_backend {

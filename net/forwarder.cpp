@@ -12,7 +12,7 @@
 //      backend is lost is rebound or refused (on_backend_lost);
 //   4. a generic call to that backend starts with the client's metadata
 //      (its authorization replaced by scg's backend token), deadline and an
-//      x-request-id;
+//      x-request-id (with `tracing:`, a traceparent naming scg's span: core/tracing.hpp);
 //   5. messages are pumped both ways, one read and one write in flight per
 //      direction, so a slow reader slows its producer instead of buffering;
 //   6. operation ids and cloned sessions are learned from responses;
@@ -39,6 +39,7 @@
 #include "core/audit.hpp"
 #include "core/ids.hpp"
 #include "core/metrics.hpp"
+#include "core/tracing.hpp"
 #include "net/wire.hpp"
 
 namespace scg::net {
@@ -146,13 +147,14 @@ bool follows_operation(rpc r, const request_fields& f) {
 class forward_call final : public grpc::ServerGenericBidiReactor {
  public:
   forward_call(forward_context& fx, grpc::GenericCallbackServerContext* ctx)
-      : fx_(fx), ctx_(ctx), upstream_(*this), log_(forward_log()) {
+      : fx_(fx), ctx_(ctx), upstream_(*this), log_(forward_log()), started_(std::chrono::steady_clock::now()) {
     core::global_metrics().forward_active_calls.fetch_add(1, std::memory_order_relaxed);
     const std::string& method = ctx_->method();
     rpc_ = rpc_from_path(method);
     auto& md = ctx_->client_metadata();
     auto rid = md.find("x-request-id");
     request_id_ = rid != md.end() ? std::string(view(rid->second)) : core::new_request_id();
+    if (fx_.tracer) start_span(md);
     if (method.compare(0, service_prefix.size(), service_prefix) != 0) {
       core::bump(core::global_metrics().forward_unimplemented_total);
       log_.debug("unimplemented request_id={} method={}", request_id_, method);
@@ -241,7 +243,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                                 {"backend", backend_ ? std::string_view(backend_->name) : std::string_view()},
                                 {"code", core::status_code_name(final_code_)}, {"request_id", request_id_}});
     core::global_metrics().count_rpc(rpc_, final_code_);
+    core::global_metrics().observe_duration(
+        rpc_, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::steady_clock::now() - started_)
+                                             .count()));
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
+    if (fx_.tracer) end_span();
     release();
   }
 
@@ -353,9 +360,11 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
 
     for (const auto& [k, v] : ctx_->client_metadata()) {
-      if (!hop_by_hop(view(k))) client_ctx_.AddMetadata(std::string(view(k)), std::string(view(v)));
+      if (!hop_by_hop(view(k)) && !(trace_ && view(k) == "traceparent"))
+        client_ctx_.AddMetadata(std::string(view(k)), std::string(view(v)));
     }
     client_ctx_.AddMetadata("x-request-id", request_id_);
+    if (trace_) client_ctx_.AddMetadata("traceparent", core::format_traceparent(*trace_));  // scg's span is the parent
     if (const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant); !token.empty())
       client_ctx_.AddMetadata("authorization", "Bearer " + token);
     auto deadline = ctx_->deadline();
@@ -678,6 +687,44 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     core::bump(core::global_metrics().config_redactions_total);
   }
 
+  // --- tracing (only with a `tracing:` block) -------------------------------------
+
+  /// Continues the client's trace (its traceparent) or starts one; this
+  /// call's span gets a new id, which the backend sees as its parent.
+  void start_span(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+    span_start_ns_ = core::unix_now_ns();
+    std::optional<core::trace_parent> inbound;
+    if (auto it = md.find("traceparent"); it != md.end()) inbound = core::parse_traceparent(view(it->second));
+    trace_ = inbound ? *inbound : core::trace_parent{core::new_trace_id(), {}, 1};
+    if (inbound) parent_span_ = inbound->span;
+    trace_->span = core::new_span_id();
+  }
+
+  /// Hands this call's span to the exporter (which never blocks).
+  void end_span() {
+    core::span s;
+    s.trace = trace_->trace;
+    s.id = trace_->span;
+    s.parent = parent_span_;
+    s.name = ctx_->method();
+    s.start_unix_ns = span_start_ns_;
+    s.end_unix_ns = core::unix_now_ns();
+    // "/spark.connect.SparkConnectService/ExecutePlan": service, then method.
+    const std::string_view path = s.name;
+    const auto slash = path.rfind('/');
+    const bool split = slash != std::string_view::npos && slash > 0;
+    const auto service = split ? path.substr(1, slash - 1) : std::string_view();
+    const auto method = split ? path.substr(slash + 1) : path;
+    s.attributes = {{"rpc.system", "grpc"}, {"rpc.service", std::string(service)},
+                    {"rpc.method", std::string(method)}};
+    if (backend_) s.attributes.emplace_back("scg.backend", backend_->name);
+    if (!identity_.tenant.empty()) s.attributes.emplace_back("scg.tenant", identity_.tenant);
+    s.attributes.emplace_back("scg.request_id", request_id_);
+    s.grpc_status_code = final_code_;
+    s.error = final_code_ != 0;
+    fx_.tracer->submit(std::move(s));
+  }
+
   // --- finishing -----------------------------------------------------------------
 
   /// Refuses the call with `code` and a google.rpc.RetryInfo detail, which
@@ -712,6 +759,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   grpc::ClientContext client_ctx_;
   upstream_reactor upstream_;
   spdlog::logger& log_;
+  const std::chrono::steady_clock::time_point started_;
   std::shared_ptr<actors::backend_state> backend_;
 
   rpc rpc_ = rpc::unknown;
@@ -733,6 +781,9 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   std::optional<std::chrono::system_clock::time_point> execution_limit_;  // max_execution_secs
   bool holds_execution_slot_ = false;
   bool bad_stream_message_ = false;  // a streamed message was not valid protobuf
+  std::optional<core::trace_parent> trace_;  // this call's trace and span id; set only when tracing
+  std::optional<core::span_id> parent_span_;  // the client's span; absent for a root span
+  std::int64_t span_start_ns_ = 0;
 
   std::mutex mu_;  // guards what both sides touch, below
   bool upstream_started_ = false;

@@ -16,6 +16,10 @@
 #include "auth/auth_config.hpp"
 #include "config/config.hpp"
 
+namespace scg::core {
+class span_exporter;
+}  // namespace scg::core
+
 namespace scg::auth {
 class authenticator;
 class rate_limiter;
@@ -72,6 +76,7 @@ struct forward_context {
   execution_slots executions;
   /// This replica's share of cluster-wide limits: 1 / live members.
   std::atomic<double> share{1.0};
+  core::span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched
 };
 
 /// Starts forwarding the call behind `ctx`; the reactor deletes itself when

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include <stdlib.h>
 
 #include <cstdio>
@@ -42,50 +44,6 @@ cluster:
   node_name: scg-0
   bind_addr: "0.0.0.0:7400"
   seeds: ["scg-1.scg-peers:7400", "[fd00::2]:7400"]
-)";
-
-// The complete example of docs/configuration.md, verbatim; keep the two in step.
-const char* documented_example = R"(
-bind_addr: "0.0.0.0:15003"          # gRPC front door for Spark Connect clients
-admin_addr: "0.0.0.0:9090"          # HTTP admin (metrics, health, API); null disables
-
-backends:                           # "host:port", or an object
-  - "spark-connect-0:15002"
-  - { address: "spark-connect-1:15002", name: sc-1, ui_url: "http://spark-connect-1:4040" }
-  - address: "spark-connect-2:15002"
-    name: sc-2
-    ui_url: "http://spark-connect-2:4040"
-
-placement:
-  strategy: least_loaded            # or round_robin
-  poll_interval_ms: 2000
-  ewma_alpha: 0.3
-  utilization_weight: 0.9
-  session_weight: 0.1
-  session_cap: 50
-
-affinity:
-  session_ttl_secs: 3600
-  op_ttl_secs: 600
-
-limits:
-  max_message_bytes: 268435456      # 256 MiB
-  connect_timeout_ms: 3000
-
-shutdown:
-  deadline_secs: 30
-
-logging:
-  level: info
-
-cluster:                            # accepted, not yet used: scg runs as one replica
-  node_name: scg-0
-  bind_addr: "0.0.0.0:7400"
-  seeds: ["scg-1.scg-peers:7400", "scg-2.scg-peers:7400"]
-
-# Planned, not accepted yet (today these are rejected as unknown keys):
-# auth: { type: static, tokens: [ { token: "…", user_id: alice, tenant: team-a } ] }
-# backend_token: { kind: env, name: SCG_BACKEND_TOKEN }
 )";
 
 gateway ok(const std::string& yaml) {
@@ -139,11 +97,32 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.cluster->seeds == std::vector<std::string>{"scg-1.scg-peers:7400", "[fd00::2]:7400"});
 }
 
+/// The first ```yaml block after "## Complete example" in docs/configuration.md.
+std::string documented_example() {
+  std::ifstream in(std::string(SCG_SOURCE_DIR) + "/docs/configuration.md");
+  std::string line, yaml;
+  bool seen_heading = false, inside = false;
+  while (std::getline(in, line)) {
+    if (line == "## Complete example") seen_heading = true;
+    else if (seen_heading && !inside && line == "```yaml") inside = true;
+    else if (inside && line == "```") break;
+    else if (inside) yaml += line + "\n";
+  }
+  return yaml;
+}
+
 TEST_CASE("the documented example is valid", "[config]") {
-  gateway g = ok(documented_example);
-  CHECK(g.backends.size() == 3);
+  const auto yaml = documented_example();
+  REQUIRE(!yaml.empty());
+  gateway g = ok(yaml);
+  CHECK(g.backends.size() == 4);
   CHECK(g.backends[2].name == "sc-2");
+  CHECK(g.backends[3].resolve_all);
   CHECK(g.cluster);
+  CHECK(g.security.auth.type == scg::auth::auth_type::static_tokens);
+  CHECK(g.security.tenants.pools.count("team-a") == 1);
+  CHECK(g.limits.per_tenant.max_sessions == 100);
+  CHECK(g.placement.shed_above == 0.95);
 }
 
 TEST_CASE("a configuration with only backends takes every default", "[config]") {

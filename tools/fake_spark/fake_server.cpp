@@ -109,6 +109,7 @@ call_prologue begin_call(CallbackServerContext& ctx, fake_state& state, const st
   static const std::string echo_prefix = "x-echo-";
   state.count_rpc(method);
   ctx.AddInitialMetadata("x-fake-backend", state.name());
+  ctx.AddInitialMetadata("x-fake-traceparent", header(ctx, "traceparent").value_or("none"));
   for (const auto& [key_ref, value_ref] : ctx.client_metadata()) {
     const std::string key(key_ref.data(), key_ref.size());
     if (key.size() <= echo_prefix.size() || key.compare(0, echo_prefix.size(), echo_prefix) != 0)
