@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 
 #include "actors/backend_set.hpp"
 #include "actors/router.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rate_limit.hpp"
+#include "discovery/k8s_discovery.hpp"
 #include "core/log_format.hpp"
 #include "core/metrics.hpp"
 #include "core/tracing.hpp"
@@ -63,6 +65,7 @@ class backend_keeper {
   void apply(std::vector<config::backend> entries, const actors::router* router) {
     entries_ = std::move(entries);
     auto wanted = actors::expand(entries_, actors::resolve_host);
+    wanted.specs.insert(wanted.specs.end(), discovered_.begin(), discovered_.end());
     for (const auto& name : wanted.unresolved) {
       core::bump(core::global_metrics().backend_resolve_failures_total);
       log_->warn("backend_unresolved entry={} reason=\"the name did not resolve; its backends stay as they were\"",
@@ -110,6 +113,29 @@ class backend_keeper {
   /// Re-resolves the `resolve: all` names.
   void refresh(const actors::router& router) { apply(entries_, &router); }
 
+  /// The ready endpoints backend_discovery reports now (they join the
+  /// configured list; a reload keeps them).
+  void set_discovered(std::vector<actors::backend_spec> specs, const actors::router& router) {
+    discovered_ = std::move(specs);
+    apply(entries_, &router);
+  }
+
+  /// Takes what the discovery thread reported since the last call, if anything.
+  void take_discovered(const actors::router& router) {
+    std::optional<std::vector<actors::backend_spec>> latest;
+    {
+      std::lock_guard lock{pending_mutex_};
+      latest.swap(pending_);
+    }
+    if (latest) set_discovered(std::move(*latest), router);
+  }
+
+  /// Called from the discovery thread: applied by the main thread within a second.
+  void post_discovered(std::vector<actors::backend_spec> specs) {
+    std::lock_guard lock{pending_mutex_};
+    pending_ = std::move(specs);
+  }
+
   /// How long to wait before refresh() is due; nullopt without `resolve: all` entries.
   std::optional<int> refresh_secs() const {
     for (const auto& e : entries_)
@@ -122,6 +148,9 @@ class backend_keeper {
   actors::backend_list backends_;
   std::vector<config::backend> entries_;
   int refresh_secs_;
+  std::vector<actors::backend_spec> discovered_;
+  std::mutex pending_mutex_;
+  std::optional<std::vector<actors::backend_spec>> pending_;
   std::shared_ptr<spdlog::logger> log_ = spdlog::get("main");
 };
 
@@ -136,6 +165,7 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
   auto next_refresh = std::chrono::steady_clock::now();
   for (;;) {
     auth.tick();
+    keeper.take_discovered(router);
     if (auto every = keeper.refresh_secs()) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_refresh) {
@@ -242,7 +272,15 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
               admin ? admin->port() : 0, backends.size());
     if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0, cluster_port);
 
+    // Kubernetes discovery reports from its own thread; the loop below applies it.
+    std::unique_ptr<discovery::k8s_watcher> watcher;
+    if (cfg.backend_discovery)
+      watcher = std::make_unique<discovery::k8s_watcher>(
+          *cfg.backend_discovery, [&keeper](std::vector<actors::backend_spec> specs) {
+            keeper.post_discovered(std::move(specs));
+          });
     int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator);
+    watcher.reset();
     view.ready = false;
     router.stop_new_sessions();
     log->info("draining signal={} deadline_secs={}", sig, cfg.shutdown.deadline_secs);

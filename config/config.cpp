@@ -124,10 +124,12 @@ void read_weight(const YAML::Node& parent, const std::string& path, const char* 
   if (out < 0) reject(child(path, key), "must not be negative, got " + parent[key].Scalar());
 }
 
-std::vector<backend> parse_backends(const YAML::Node& n) {
+std::vector<backend> parse_backends(const YAML::Node& n, bool discovered) {
   const std::string path = "backends";
   if (present(n) && !n.IsSequence()) reject(path, "expected a list, got " + describe(n));
-  if (!present(n) || n.size() == 0) reject(path, "at least one backend is required");
+  if (!discovered && (!present(n) || n.size() == 0))
+    reject(path, "at least one backend is required (or backend_discovery)");
+  if (!present(n)) return {};
   std::vector<backend> out;
   for (std::size_t i = 0; i < n.size(); ++i) {
     const YAML::Node& b = n[i];
@@ -304,20 +306,45 @@ tracing parse_tracing(const YAML::Node& n) {
   return t;
 }
 
+k8s_discovery parse_discovery(const YAML::Node& n) {
+  const std::string path = "backend_discovery";
+  check_keys(n, path, {"type", "namespace", "service_name", "port", "ui_url", "api_server", "token_file", "ca_file",
+                       "resync_secs"});
+  if (!n["type"]) reject(child(path, "type"), "required (k8s)");
+  if (auto type = as_string(n["type"], child(path, "type")); type != "k8s")
+    reject(child(path, "type"), "unknown type " + in_quotes(type) + " (expected k8s)");
+  k8s_discovery d;
+  for (auto [key, out] : {std::pair{"namespace", &d.namespace_}, std::pair{"service_name", &d.service_name}}) {
+    if (!n[key]) reject(child(path, key), "required");
+    *out = as_string(n[key], child(path, key));
+    if (out->empty()) reject(child(path, key), "must not be empty");
+  }
+  if (n["port"]) d.port = static_cast<int>(integer_in(n["port"], child(path, "port"), 1, 65535));
+  for (auto [key, out] : {std::pair{"ui_url", &d.ui_url}, std::pair{"api_server", &d.api_server},
+                          std::pair{"token_file", &d.token_file}, std::pair{"ca_file", &d.ca_file}})
+    if (n[key]) *out = as_string(n[key], child(path, key));
+  for (auto [key, url] : {std::pair{"ui_url", d.ui_url}, std::pair{"api_server", d.api_server}})
+    if (!url.empty() && url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+      reject(child(path, key), in_quotes(url) + " is not an http:// or https:// URL");
+  read_int(n, path, "resync_secs", d.resync_secs, 1);
+  return d;
+}
+
 gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
-              "backend_token", "rate_limits", "tracing"});
+              "backend_token", "rate_limits", "backend_discovery", "tracing"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
   if (const YAML::Node n = root["admin_addr"])
     g.admin_addr =
         n.IsNull() ? std::nullopt : std::optional<std::string>(host_port(n, "admin_addr", true));
-  g.backends = parse_backends(root["backends"]);
+  if (const YAML::Node n = root["backend_discovery"]; present(n)) g.backend_discovery = parse_discovery(n);
+  g.backends = parse_backends(root["backends"], g.backend_discovery.has_value());
   read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);
   if (const YAML::Node n = root["tls"]; present(n)) g.tls = parse_front_tls(n);
   {

@@ -127,6 +127,23 @@ struct front_tls {
   std::string client_ca_file;  ///< PEM CA; set: clients must present a certificate it signed (mutual TLS)
 };
 
+/// `backend_discovery: { type: k8s, … }`: the ready endpoints of a Service
+/// become backends named SERVICE@IP:PORT, followed without restart.
+struct k8s_discovery {
+  std::string namespace_;     ///< the Service's namespace
+  std::string service_name;   ///< its EndpointSlices carry kubernetes.io/service-name=NAME
+  int port = 15002;           ///< Spark Connect port on every endpoint
+  std::string ui_url;         ///< optional Spark UI base URL; "{host}" is replaced by the endpoint IP
+  /// "https://host:port" (or http:// in tests); empty:
+  /// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+  std::string api_server;
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+  /// The API server ends each watch after this long (timeoutSeconds) and the
+  /// watcher resumes it; it also bounds how long a silent watch is trusted.
+  int resync_secs = 300;
+};
+
 struct gateway {
   std::string bind_addr = "0.0.0.0:15003";
   std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
@@ -142,6 +159,7 @@ struct gateway {
   std::optional<config::cluster> cluster;
   std::optional<front_tls> tls;
   std::optional<config::tracing> tracing;  ///< absent: tracing off
+  std::optional<k8s_discovery> backend_discovery;  ///< absent: backends come from `backends` only
   auth::security_config security;  ///< auth, tenants, backend_token, rate_limits
 };
 

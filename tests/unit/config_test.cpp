@@ -159,8 +159,12 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
   };
   const expect cases[] = {
       // backends
-      {"bind_addr: \"0.0.0.0:1\"\n", "backends", "at least one backend is required"},
-      {"backends: []\n", "backends", "at least one backend is required"},
+      {"bind_addr: \"0.0.0.0:1\"\n", "backends", "at least one backend is required (or backend_discovery)"},
+      {"backends: []\n", "backends", "at least one backend is required (or backend_discovery)"},
+      {"backend_discovery: { type: dns }\n", "backend_discovery.type", "unknown type \"dns\" (expected k8s)"},
+      {"backend_discovery: { type: k8s, namespace: spark }\n", "backend_discovery.service_name", "required"},
+      {"backend_discovery: { type: k8s, namespace: spark, service_name: sc, port: 0 }\n",
+       "backend_discovery.port", "must be at least 1, got 0"},
       {"", "backends", "at least one backend is required"},
       {"backends: \"sc:1\"\n", "backends", "expected a list, got \"sc:1\""},
       {"backends: [\"sc:1\", { address: foo }]\n", "backends[1].address",
@@ -299,4 +303,14 @@ TEST_CASE("host:port accepts names, IPv4 and bracketed IPv6", "[config]") {
   CHECK(valid_host_port("0.0.0.0:0", true));
   CHECK(valid_host_port("[::]:0", true));
   CHECK_FALSE(valid_host_port("0.0.0.0:0", false));
+}
+
+TEST_CASE("backends may come from Kubernetes discovery alone", "[config]") {
+  gateway g = ok("backend_discovery: { type: k8s, namespace: spark, service_name: spark-connect, port: 15002,\n"
+                 "  ui_url: \"http://{host}:4040\" }\n");
+  CHECK(g.backends.empty());
+  REQUIRE(g.backend_discovery);
+  CHECK(g.backend_discovery->namespace_ == "spark");
+  CHECK(g.backend_discovery->service_name == "spark-connect");
+  CHECK(g.backend_discovery->token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token");
 }
