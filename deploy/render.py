@@ -6,7 +6,8 @@
 
 It builds the same objects as the Helm templates under deploy/helm/scg/templates/
 (ConfigMap, StatefulSet, client Service, headless peer Service, PodDisruptionBudget,
-NetworkPolicy) from the same values, without Helm. It is not a template engine:
+NetworkPolicy; with backendDiscovery.enabled also ServiceAccount, Role, RoleBinding)
+from the same values, without Helm. It is not a template engine:
 when a template changes, change the matching function here too;
 tests/deploy/check_manifests.py checks that deploy/k8s/ is what this script renders.
 
@@ -24,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHART = os.path.join(HERE, "helm", "scg")
 
 # scg.yaml keys the chart sets itself; `config:` must not carry them.
-RESERVED_CONFIG_KEYS = ("bind_addr", "admin_addr", "shutdown", "cluster", "tls", "auth", "backend_token")
+RESERVED_CONFIG_KEYS = ("bind_addr", "admin_addr", "shutdown", "cluster", "tls", "auth", "backend_token",
+                        "backend_discovery")
 
 CONFIG_DIR = "/etc/scg/config"            # the ConfigMap: the config template
 RUN_DIR = "/run/scg"                      # emptyDir: the rendered per-pod config
@@ -101,8 +103,14 @@ def labels(v, release, app_version):
     return {**selector_labels(v, release), "app.kubernetes.io/version": app_version}
 
 
-def metadata(name, ctx, **extra):
-    return {"name": name, "namespace": ctx["namespace"], "labels": ctx["labels"], **extra}
+def metadata(name, ctx, namespace=None, **extra):
+    return {"name": name, "namespace": namespace or ctx["namespace"], "labels": ctx["labels"], **extra}
+
+
+def discovery_rbac_name(ctx):
+    """Name of backendDiscovery's Role and RoleBinding (scg.discoveryRbacName): they live in the
+    discovery namespace, which releases in other namespaces may share."""
+    return f"{ctx['name']}-{ctx['namespace']}-discovery"[:63].rstrip("-")
 
 
 # --- objects
@@ -115,6 +123,12 @@ def scg_config(v, ctx):
     ports, c = v["ports"], v["cluster"]
     cfg = {"bind_addr": f"0.0.0.0:{ports['client']}", "admin_addr": f"0.0.0.0:{ports['admin']}"}
     cfg.update(copy.deepcopy(v.get("config") or {}))
+    bd = v["backendDiscovery"]
+    if bd["enabled"]:
+        cfg["backend_discovery"] = {"type": "k8s", "namespace": bd["namespace"], "service_name": bd["serviceName"],
+                                    "port": bd["port"]}
+        if bd.get("uiUrl"):
+            cfg["backend_discovery"]["ui_url"] = bd["uiUrl"]
     cfg["shutdown"] = {"deadline_secs": v["shutdown"]["deadlineSecs"]}
     cluster = {
         "node_name": single_quoted("${SCG_NODE_NAME}"),
@@ -199,12 +213,15 @@ def statefulset(v, ctx, config_checksum):
                             "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": mounts,
     }
-    pod_spec = {
-        "automountServiceAccountToken": False,
+    pod_spec = {}
+    if v["backendDiscovery"]["enabled"]:  # scg reads EndpointSlices with this account's token
+        pod_spec["serviceAccountName"] = ctx["name"]
+    pod_spec.update({
+        "automountServiceAccountToken": bool(v["backendDiscovery"]["enabled"]),
         "terminationGracePeriodSeconds": sd["preStopSleepSecs"] + sd["deadlineSecs"] + sd["graceMarginSecs"],
         "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
                             "seccompProfile": {"type": "RuntimeDefault"}},
-    }
+    })
     if v.get("imagePullSecrets"):
         pod_spec["imagePullSecrets"] = copy.deepcopy(v["imagePullSecrets"])
     if anti_affinity(v, ctx):
@@ -281,6 +298,26 @@ def network_policy(v, ctx):
                 ]}}
 
 
+def service_account(v, ctx):
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(ctx["name"], ctx)}
+
+
+def discovery_role(v, ctx):
+    """backendDiscovery: read the EndpointSlices of the discovery namespace, nothing else."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": metadata(discovery_rbac_name(ctx), ctx, v["backendDiscovery"]["namespace"]),
+            "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                       "verbs": ["get", "list", "watch"]}]}
+
+
+def discovery_role_binding(v, ctx):
+    """discovery_role, in the discovery namespace, for scg's ServiceAccount in the release namespace."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": metadata(discovery_rbac_name(ctx), ctx, v["backendDiscovery"]["namespace"]),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": discovery_rbac_name(ctx)},
+            "subjects": [{"kind": "ServiceAccount", "name": ctx["name"], "namespace": ctx["namespace"]}]}
+
+
 def render(values, release="scg", namespace="scg"):
     """File name -> YAML text of every manifest, as under deploy/k8s/."""
     app_version = str(chart_meta()["appVersion"])
@@ -299,6 +336,10 @@ def render(values, release="scg", namespace="scg"):
     }
     if values["networkPolicy"]["enabled"]:
         files["networkpolicy.yaml"] = dump(network_policy(values, ctx))
+    if values["backendDiscovery"]["enabled"]:
+        files["serviceaccount.yaml"] = dump(service_account(values, ctx))
+        files["role.yaml"] = dump(discovery_role(values, ctx))
+        files["rolebinding.yaml"] = dump(discovery_role_binding(values, ctx))
     return {k: header + text for k, text in files.items()}
 
 

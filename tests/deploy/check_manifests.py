@@ -13,6 +13,10 @@
 - the ConfigMap's config, after the entrypoint's substitution (run for real),
   passes `scg --check-config`; so does a variant with cluster TLS, and the
   systemd example config;
+- with backendDiscovery enabled (render.py run into a temp dir), the Role grants
+  exactly get/list/watch on endpointslices, the RoleBinding binds it to the
+  ServiceAccount the pods run as, the token is mounted, and the config carries
+  backend_discovery and passes `scg --check-config`; disabled, none of it renders;
 - the Helm templates hold the same kinds, read only values that exist and
   parse as YAML once their {{ }} actions are blanked out; where Go and Sprig
   are installed, tests/deploy/helmlite renders them for real and the objects
@@ -329,6 +333,72 @@ def check_planned_keys_render_only_when_enabled(tmp):
     assert env["SCG_BACKEND_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "spark-connect-token", "key": "token"}
 
 
+def check_backend_discovery(tmp):
+    """backendDiscovery renders nothing by default. Enabled (render.py into a temp dir, in a release
+    namespace other than the discovery one): a ServiceAccount the pods run as, with its token
+    mounted; a Role in the discovery namespace granting exactly get/list/watch on endpointslices;
+    a RoleBinding there binding it to that ServiceAccount; and a config with backend_discovery
+    that passes scg --check-config after the entrypoint's substitution."""
+    values = render.load_values([])
+    bd = values["backendDiscovery"]
+    assert bd["enabled"] is False, "backendDiscovery must be off by default"
+    default = {}
+    for text in render.render(values).values():
+        for d in yaml.safe_load_all(text):
+            default[f"{d['kind']}/{d['metadata']['name']}"] = d
+    assert not {o["kind"] for o in default.values()} & {"ServiceAccount", "Role", "RoleBinding"}, "RBAC by default"
+    spec = only(default, "StatefulSet")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    assert "backend_discovery" not in yaml.safe_load(config_template(default))
+
+    release_ns = "gateway"
+    assert bd["namespace"] != release_ns
+    vals = os.path.join(tmp, "discovery-values.yaml")
+    with open(vals, "w") as f:
+        yaml.safe_dump({"backendDiscovery": {"enabled": True}, "config": {"backends": []}}, f)
+    out = os.path.join(tmp, "discovery-k8s")
+    r = subprocess.run([sys.executable, os.path.join(DEPLOY, "render.py"), "-f", vals, "--namespace", release_ns,
+                        "--out", out], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"render.py: {r.stdout}{r.stderr}"
+    objs = load_dir(out)
+    kinds = sorted(o["kind"] for o in objs.values())
+    assert kinds == sorted(["ConfigMap", "NetworkPolicy", "PodDisruptionBudget", "Service", "Service", "StatefulSet",
+                            "ServiceAccount", "Role", "RoleBinding"]), kinds
+
+    sts = only(objs, "StatefulSet")
+    spec = sts["spec"]["template"]["spec"]
+    assert spec.get("automountServiceAccountToken") is True, "the pods need their token to reach the API server"
+    sa_name = spec.get("serviceAccountName")
+    sa = only(objs, "ServiceAccount")
+    assert sa_name and sa["metadata"]["name"] == sa_name, f"the pods run as {sa_name!r}, not the chart's ServiceAccount"
+    assert sa["metadata"]["namespace"] == sts["metadata"]["namespace"] == release_ns
+
+    role = only(objs, "Role")
+    assert role["metadata"]["namespace"] == bd["namespace"], "the Role belongs in the discovery namespace"
+    assert len(role["rules"]) == 1, f"the Role grants more than one rule: {role['rules']}"
+    rule = role["rules"][0]
+    assert set(rule) == {"apiGroups", "resources", "verbs"}, f"unexpected rule keys: {sorted(rule)}"
+    assert rule["apiGroups"] == ["discovery.k8s.io"], rule["apiGroups"]
+    assert rule["resources"] == ["endpointslices"], rule["resources"]
+    assert sorted(rule["verbs"]) == ["get", "list", "watch"], rule["verbs"]
+
+    rb = only(objs, "RoleBinding")
+    assert rb["metadata"]["namespace"] == bd["namespace"], "the RoleBinding belongs in the discovery namespace"
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                             "name": role["metadata"]["name"]}, rb["roleRef"]
+    assert rb["subjects"] == [{"kind": "ServiceAccount", "name": sa_name, "namespace": sts["metadata"]["namespace"]}], \
+        f"the RoleBinding binds {rb['subjects']}, the pods run as {sa_name} in {sts['metadata']['namespace']}"
+
+    np = only(objs, "NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress"] and "egress" not in np["spec"], \
+        "the NetworkPolicy restricts egress now: let scg reach the API server, then check that here"
+
+    cfg = check_config_passes_scg(objs, tmp, "backendDiscovery variant")
+    assert cfg["backend_discovery"] == {"type": "k8s", "namespace": bd["namespace"], "service_name": bd["serviceName"],
+                                        "port": bd["port"], "ui_url": bd["uiUrl"]}, cfg["backend_discovery"]
+    assert not cfg.get("backends"), "the variant relies on discovery alone"
+
+
 # --- the chart
 
 VALUE_REF = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
@@ -342,8 +412,13 @@ def check_helm_templates():
         values = yaml.safe_load(f)
     expect = {"configmap.yaml": "ConfigMap", "statefulset.yaml": "StatefulSet", "service.yaml": "Service",
               "service-peers.yaml": "Service", "pdb.yaml": "PodDisruptionBudget",
-              "networkpolicy.yaml": "NetworkPolicy"}
-    assert set(expect) == set(os.listdir(K8S)), "templates and deploy/k8s hold different files"
+              "networkpolicy.yaml": "NetworkPolicy", "serviceaccount.yaml": "ServiceAccount",
+              "role.yaml": "Role", "rolebinding.yaml": "RoleBinding"}
+    templates = {n for n in os.listdir(tdir) if n.endswith(".yaml")}
+    assert set(expect) == templates, f"templates/ holds {sorted(templates)}, expected {sorted(expect)}"
+    assert set(os.listdir(K8S)) <= set(expect), "deploy/k8s holds files no template makes"
+    everything = render.merge(render.load_values([]), {"backendDiscovery": {"enabled": True}})
+    assert set(render.render(everything)) == set(expect), "render.py and the templates make different files"
     for name, kind in expect.items():
         with open(os.path.join(tdir, name)) as f:
             text = f.read()
@@ -372,19 +447,23 @@ VARIANTS = {
         "imagePullSecrets": [{"name": "regcred"}], "nodeSelector": {"disk": "ssd"},
         "tolerations": [{"key": "k", "operator": "Exists"}],
         "service": {"type": "LoadBalancer", "annotations": {"a": "b"}}, "image": {"tag": "9.9"},
+        "backendDiscovery": {"enabled": True, "namespace": "scg", "serviceName": "sc", "port": 15009, "uiUrl": ""},
     },
+    "discovery": {"backendDiscovery": {"enabled": True}, "config": {"backends": []}},
     "everything-off": {"antiAffinity": "none", "networkPolicy": {"enabled": False}, "fullnameOverride": "gw",
                        "replicaCount": 5},
 }
 
 
 def comparable(obj):
-    """An object without what only one side sets: namespace (render.py), Helm's own labels,
-    the config checksum (over different text); the config parsed."""
+    """An object without what only one side sets: the release namespace (render.py; objects in
+    another namespace name it on both sides), Helm's own labels, the config checksum (over
+    different text); the config parsed."""
     obj = copy.deepcopy(obj)
     metas = [obj["metadata"]] + ([obj["spec"]["template"]["metadata"]] if obj["kind"] == "StatefulSet" else [])
     for md in metas:
-        md.pop("namespace", None)
+        if md.get("namespace") == "scg":
+            del md["namespace"]
         for key in ("app.kubernetes.io/managed-by", "helm.sh/chart"):
             md.get("labels", {}).pop(key, None)
         md.get("annotations", {}).pop("checksum/config", None)
@@ -589,6 +668,7 @@ def main():
         ("the entrypoint refuses missing or multi-line values", lambda: check_entrypoint_refuses_missing_values(objs, tmp)),
         ("the cluster TLS variant passes scg --check-config", lambda: check_cluster_tls_variant(tmp)),
         ("planned keys render only when enabled", lambda: check_planned_keys_render_only_when_enabled(tmp)),
+        ("backendDiscovery: RBAC, service account and config", lambda: check_backend_discovery(tmp)),
         ("the Helm templates", check_helm_templates),
         ("the Helm templates render what render.py renders", lambda: check_helm_renders_like_render_py(tmp)),
         ("versions agree", check_versions),

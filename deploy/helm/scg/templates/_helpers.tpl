@@ -25,6 +25,15 @@ selector_labels, labels): change both together.
 {{- printf "%s-peers" (include "scg.fullname" .) -}}
 {{- end -}}
 
+{{/*
+The Role and RoleBinding of backendDiscovery live in the discovery
+namespace, which releases in other namespaces may share: their name carries
+the release namespace.
+*/}}
+{{- define "scg.discoveryRbacName" -}}
+{{- printf "%s-%s-discovery" (include "scg.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "scg.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "scg.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -39,7 +48,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Keys of scg.yaml the chart sets itself may not come from .Values.config. */}}
 {{- define "scg.validate" -}}
-{{- range $key := list "bind_addr" "admin_addr" "shutdown" "cluster" "tls" "auth" "backend_token" -}}
+{{- range $key := list "bind_addr" "admin_addr" "shutdown" "cluster" "tls" "auth" "backend_token" "backend_discovery" -}}
 {{- if hasKey ($.Values.config | default dict) $key -}}
 {{- fail (printf "config.%s is set by the chart; use the chart's own value for it" $key) -}}
 {{- end -}}
