@@ -11,7 +11,9 @@
 # Settings (environment): BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_WARMUP_SECS,
 # BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream samples per
 # path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS, BENCH_REPLICAS (2 or 3),
-# BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_SOAK_SECS, BENCH_BUILD_DIR.
+# BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_WORKLOADS (default
+# "unary h2load stream"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
+# (unary, default "1 32 256"), BENCH_SOAK_SECS, BENCH_BUILD_DIR.
 # nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
 # mean: docs/performance.md.
@@ -41,7 +43,8 @@ REPL_SESSIONS=${BENCH_REPL_SESSIONS:-${defaults[6]}}
 REPLICAS=${BENCH_REPLICAS:-2}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 read -r -a PATHS <<<"${BENCH_PATHS:-direct scg nginx haproxy}"
-UNARY_CONCURRENCIES=(1 32 256)
+read -r -a WORKLOADS <<<"${BENCH_WORKLOADS:-unary h2load stream}"
+read -r -a UNARY_CONCURRENCIES <<<"${BENCH_CONCURRENCIES:-1 32 256}"
 H2LOAD_CONCURRENCY=32 # 2 connections of 16 streams, like scg-bench's 2 workers
 SESSION_CONCURRENCY=32
 SESSION_WARMUP=1000
@@ -62,6 +65,14 @@ done
 for path in "${PATHS[@]}"; do
   [[ $path =~ ^(direct|scg|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
 done
+for workload in "${WORKLOADS[@]}"; do
+  [[ $workload =~ ^(unary|h2load|stream)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
+done
+for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
+  [[ $concurrency =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES: not a positive integer: '$concurrency'"
+done
+# workload NAME: true when NAME is in BENCH_WORKLOADS.
+workload() { [[ " ${WORKLOADS[*]} " == *" $1 "* ]]; }
 
 # The proxies and h2load are bench-only packages: the test setup does not need them.
 if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null || ! command -v h2load >/dev/null; then
@@ -507,29 +518,37 @@ load_rounds() {
   local stream_label="stream $((STREAM_BYTES >> 20)) MiB / $((MESSAGE_BYTES >> 20)) MiB msgs"
   # The first large stream a process serves is slower (its allocator adapts to the
   # big messages): warm every path up once, unmeasured.
-  for path in "${PATHS[@]}"; do
-    run_bounded 660 "$WORK/warm.json" "$BUILD/scg-bench" stream --target "127.0.0.1:$(path_port "$path")" \
-      --bytes "$warm_bytes" --message-bytes "$MESSAGE_BYTES" || die "warm-up stream via $path failed"
-  done
+  if workload stream; then
+    for path in "${PATHS[@]}"; do
+      run_bounded 660 "$WORK/warm.json" "$BUILD/scg-bench" stream --target "127.0.0.1:$(path_port "$path")" \
+        --bytes "$warm_bytes" --message-bytes "$MESSAGE_BYTES" || die "warm-up stream via $path failed"
+    done
+  fi
   for ((round = 1; round <= ROUNDS; round++)); do
     order=()
     for ((i = 0; i < ${#PATHS[@]}; i++)); do order+=("${PATHS[(i + round - 1) % ${#PATHS[@]}]}"); done
     log "round $round of $ROUNDS: ${order[*]}"
-    for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
-      for path in "${order[@]}"; do
-        run_case unary "unary_c$concurrency" "unary c=$concurrency" "$path" "$round" \
-          --concurrency "$concurrency" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS"
+    if workload unary; then
+      for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
+        for path in "${order[@]}"; do
+          run_case unary "unary_c$concurrency" "unary c=$concurrency" "$path" "$round" \
+            --concurrency "$concurrency" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS"
+        done
       done
-    done
-    for path in "${order[@]}"; do run_h2load "$path" "$round"; done
+    fi
+    if workload h2load; then
+      for path in "${order[@]}"; do run_h2load "$path" "$round"; done
+    fi
     # A stream is short: several samples per round, each path once per sample, so
     # that a burst of foreign load spoils one sample, not a round.
-    for ((repeat = 1; repeat <= STREAM_REPEATS; repeat++)); do
-      for path in "${order[@]}"; do
-        run_case stream stream "$stream_label" "$path" $(((round - 1) * STREAM_REPEATS + repeat)) \
-          --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
+    if workload stream; then
+      for ((repeat = 1; repeat <= STREAM_REPEATS; repeat++)); do
+        for path in "${order[@]}"; do
+          run_case stream stream "$stream_label" "$path" $(((round - 1) * STREAM_REPEATS + repeat)) \
+            --bytes "$STREAM_BYTES" --message-bytes "$MESSAGE_BYTES"
+        done
       done
-    done
+    fi
   done
 }
 
