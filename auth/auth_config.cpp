@@ -21,12 +21,6 @@ namespace {
 // The reading discipline and helpers of config/config.cpp (config/yaml_read.hpp).
 using namespace config::yaml;
 
-std::string non_empty(const YAML::Node& n, const std::string& path) {
-  std::string s = as_string(n, path);
-  if (s.empty()) reject(path, "must not be empty");
-  return s;
-}
-
 /// Like as_string, but a secret: the error never echoes the value.
 std::string secret_string(const YAML::Node& n, const std::string& path) {
   if (!n.IsScalar()) reject(path, "expected a string");

@@ -58,8 +58,7 @@ std::vector<backend> parse_backends(const YAML::Node& n, bool discovered) {
       be.name = be.address;
       if (b["name"]) {
         name_path = child(at, "name");
-        be.name = as_string(b["name"], name_path);
-        if (be.name.empty()) reject(name_path, "must not be empty");
+        be.name = non_empty(b["name"], name_path);
         if (be.name.find('@') != std::string::npos)
           reject(name_path, "'@' is kept for the names of resolved addresses (NAME@IP:PORT)");
       }
@@ -127,8 +126,7 @@ cluster parse_cluster(const YAML::Node& n) {
               "connection_timeout_ms", "sync_wait_secs", "tls"});
   cluster c;
   if (!n["node_name"]) reject("cluster.node_name", "required");
-  c.node_name = as_string(n["node_name"], "cluster.node_name");
-  if (c.node_name.empty()) reject("cluster.node_name", "must not be empty");
+  c.node_name = non_empty(n["node_name"], "cluster.node_name");
   c.bind_addr = n["bind_addr"] ? host_port(n["bind_addr"], "cluster.bind_addr", true)
                                : default_cluster_bind_addr;
   if (const YAML::Node& seeds = n["seeds"]; present(seeds)) {
@@ -136,10 +134,7 @@ cluster parse_cluster(const YAML::Node& n) {
     for (std::size_t i = 0; i < seeds.size(); ++i)
       c.seeds.push_back(host_port(seeds[i], item("cluster.seeds", i), false));
   }
-  if (n["identity"]) {
-    c.identity = as_string(n["identity"], "cluster.identity");
-    if (c.identity.empty()) reject("cluster.identity", "must not be empty");
-  }
+  if (n["identity"]) c.identity = non_empty(n["identity"], "cluster.identity");
   read_int(n, "cluster", "heartbeat_interval_ms", c.heartbeat_interval_ms, 10);
   read_int(n, "cluster", "connection_timeout_ms", c.connection_timeout_ms, 50);
   read_int(n, "cluster", "sync_wait_secs", c.sync_wait_secs, 0);
@@ -151,8 +146,7 @@ cluster parse_cluster(const YAML::Node& n) {
                             std::pair{"ca_file", &tls.ca_file}}) {
       const std::string path = std::string("cluster.tls.") + key;
       if (!t[key]) reject(path, "required");
-      *out = as_string(t[key], path);
-      if (out->empty()) reject(path, "must not be empty");
+      *out = non_empty(t[key], path);
     }
     c.tls = std::move(tls);
   }
@@ -163,8 +157,7 @@ cluster parse_cluster(const YAML::Node& n) {
 
 /// A file the replica must read at start: it must exist and be readable now.
 std::string readable_file(const YAML::Node& n, const std::string& path) {
-  auto file = as_string(n, path);
-  if (file.empty()) reject(path, "must not be empty");
+  auto file = non_empty(n, path);
   if (access(file.c_str(), R_OK) != 0) reject(path, "cannot read " + in_quotes(file) + ": " + std::strerror(errno));
   return file;
 }
@@ -207,10 +200,7 @@ tracing parse_tracing(const YAML::Node& n) {
   t.otlp_endpoint = as_string(n["otlp_endpoint"], "tracing.otlp_endpoint");
   if (!valid_http_url(t.otlp_endpoint))
     reject("tracing.otlp_endpoint", in_quotes(t.otlp_endpoint) + " is not an http:// or https:// URL with a host");
-  if (n["service_name"]) {
-    t.service_name = as_string(n["service_name"], "tracing.service_name");
-    if (t.service_name.empty()) reject("tracing.service_name", "must not be empty");
-  }
+  if (n["service_name"]) t.service_name = non_empty(n["service_name"], "tracing.service_name");
   read_int(n, "tracing", "queue_capacity", t.queue_capacity, 1);
   read_int(n, "tracing", "batch_size", t.batch_size, 1);
   read_int(n, "tracing", "flush_interval_ms", t.flush_interval_ms, 1);
@@ -228,8 +218,7 @@ k8s_discovery parse_discovery(const YAML::Node& n) {
   k8s_discovery d;
   for (auto [key, out] : {std::pair{"namespace", &d.namespace_}, std::pair{"service_name", &d.service_name}}) {
     if (!n[key]) reject(child(path, key), "required");
-    *out = as_string(n[key], child(path, key));
-    if (out->empty()) reject(child(path, key), "must not be empty");
+    *out = non_empty(n[key], child(path, key));
   }
   if (n["port"]) d.port = static_cast<int>(integer_in(n["port"], child(path, "port"), 1, 65535));
   for (auto [key, out] : {std::pair{"ui_url", &d.ui_url}, std::pair{"api_server", &d.api_server},

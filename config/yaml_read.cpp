@@ -52,6 +52,12 @@ std::string as_string(const YAML::Node& n, const std::string& path) {
   return n.Scalar();
 }
 
+std::string non_empty(const YAML::Node& n, const std::string& path) {
+  std::string s = as_string(n, path);
+  if (s.empty()) reject(path, "must not be empty");
+  return s;
+}
+
 long long integer_in(const YAML::Node& n, const std::string& path, long long lo, long long hi) {
   if (!n.IsScalar()) reject(path, "expected an integer, got " + describe(n));
   const std::string& s = n.Scalar();

@@ -39,6 +39,7 @@ void check_keys(const YAML::Node& n, const std::string& path, std::initializer_l
 bool present(const YAML::Node& n);
 
 std::string as_string(const YAML::Node& n, const std::string& path);
+std::string non_empty(const YAML::Node& n, const std::string& path);  ///< a string that must not be ""
 long long integer_in(const YAML::Node& n, const std::string& path, long long lo, long long hi);
 double as_number(const YAML::Node& n, const std::string& path);
 
