@@ -96,6 +96,18 @@ std::string flatten(const grpc::ByteBuffer& buf) {
   return out;
 }
 
+/// True when `key` occurs in `buf` (a match across two slices counts too:
+/// then the bytes are joined to look).
+bool mentions(const grpc::ByteBuffer& buf, std::string_view key) {
+  std::vector<grpc::Slice> slices;
+  if (!buf.Dump(&slices).ok()) return false;
+  if (slices.size() > 1) return flatten(buf).find(key) != std::string::npos;
+  for (const auto& s : slices)
+    if (std::string_view(reinterpret_cast<const char*>(s.begin()), s.size()).find(key) != std::string_view::npos)
+      return true;
+  return false;
+}
+
 grpc::ByteBuffer buffer_of(const std::string& bytes) {
   grpc::Slice slice(bytes);
   return grpc::ByteBuffer(&slice, 1);
@@ -679,8 +691,9 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
 
   /// Hides the backend's own token if a (pre-4.0) server echoes it in Config.
   void redact_config() {
+    // Look in place first: answers without the key (Spark 4.0+) are not copied.
+    if (!mentions(response_[0], auth::authenticate_token_key)) return;
     auto bytes = flatten(response_[0]);
-    if (bytes.find(auth::authenticate_token_key) == std::string::npos) return;
     std::string redacted;
     if (auth::redact_config_response(bytes, redacted) != auth::redact_outcome::redacted) return;
     response_[0] = buffer_of(redacted);
