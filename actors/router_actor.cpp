@@ -137,13 +137,13 @@ void replicate(self_ptr self, Ts&&... xs) {
 }
 
 /// This replica decides: placement, binding, replication. Re-checks the
-/// table first: a decision made while we waited on an answer stands.
+/// table first: a decision made while we waited on an answer stands. The
+/// session was admitted (refuse_new) by the replica the call arrived at, so
+/// an owner deciding for a peer never refuses what that peer let in.
 route_result decide_here(self_ptr self, const std::string& key, bool is_new = true) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
   if (!st.accepting) return {std::nullopt, "scg: replica is shutting down"};
-  if (is_new)
-    if (auto refused = refuse_new(st, key)) return *refused;
   auto pick = place(st.settings.policy, candidates(st, key), st.cursor);
   if (!pick) {
     core::bump(core::global_metrics().forward_no_backend_total);
