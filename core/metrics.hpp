@@ -48,7 +48,9 @@ namespace scg::core {
   X(tracing_spans_dropped_total, "Spans dropped: the export queue was full, or at shutdown")      \
   X(tracing_export_failures_total, "Spans lost: the OTLP collector failed or could not be reached")
 
-#define SCG_GAUGES(X) X(forward_active_calls, "Calls being forwarded now")
+#define SCG_GAUGES(X)                                  \
+  X(forward_active_calls, "Calls being forwarded now") \
+  X(forward_active_streams, "Streaming calls (ExecutePlan, ReattachExecute, AddArtifacts, unknown methods) being forwarded now")
 
 /// The gRPC status codes 0..16, by name as Prometheus labels show them.
 inline constexpr std::size_t status_code_count = 17;

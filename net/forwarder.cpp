@@ -260,6 +260,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                                              std::chrono::steady_clock::now() - started_)
                                              .count()));
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
+    if (streaming_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
     if (fx_.tracer) end_span();
     release();
   }
@@ -422,6 +423,8 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   }
 
   void start_stream() {
+    streaming_ = true;
+    core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
     backend_->stub->PrepareBidiStreamingCall(&client_ctx_, ctx_->method(), grpc::StubOptions(),
                                              &upstream_);
     // Holds keep the backend call alive while operations on it start from
@@ -786,6 +789,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   bool has_first_message_ = false;
   bool got_headers_ = false;  // the backend answered with headers: it was reached
   bool unary_ = false;        // forwarded as a unary call (start_unary)
+  bool streaming_ = false;    // forwarded as a stream (start_stream): counted in active streams
   std::uint64_t responses_ = 0;
   backend_index backend_index_ = 0;
   int final_code_ = 0;

@@ -330,6 +330,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   auto reader = stub->ExecutePlan(&ctx, req);
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
+  CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 1);
   // While it runs, a second execution of the tenant is refused.
   {
     grpc::ClientContext ctx2;
@@ -358,6 +359,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
     return stats["rpcs"].value("Interrupt", 0) >= 1;
   }, 3s));
   CHECK(metric_value(gw.admin_port, "scg_executions_killed_total") == 1);
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 0; }, 2s));
   CHECK(log_of(gw).find("\"event\":\"execution.killed\"") != std::string::npos);
 }
 
