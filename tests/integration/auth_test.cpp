@@ -22,85 +22,23 @@
 
 #include "auth/jwt.hpp"
 #include "tests/integration/harness.hpp"
+#include "tests/jwt_keys.hpp"
 
 namespace sc = spark::connect;
 using namespace scg::test;
 using nlohmann::json;
 using scg::auth::base64url_encode;
+using namespace scg_auth_test;
 
 namespace {
 
 // --- keys and tokens ---------------------------------------------------------
 
-using pkey_ptr = std::shared_ptr<EVP_PKEY>;
-
-/// A fresh RSA-2048 ("RSA") or P-256 ("EC") key pair.
-pkey_ptr fresh_key(const std::string& type) {
-  EVP_PKEY* k = type == "RSA" ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256");
-  REQUIRE(k != nullptr);
-  return pkey_ptr(k, EVP_PKEY_free);
-}
-
-/// The public half of `k` as a "BEGIN PUBLIC KEY" PEM.
-std::string public_pem(EVP_PKEY* k) {
-  std::unique_ptr<BIO, int (*)(BIO*)> bio(BIO_new(BIO_s_mem()), BIO_free);
-  REQUIRE(PEM_write_bio_PUBKEY(bio.get(), k) == 1);
-  char* data = nullptr;
-  long n = BIO_get_mem_data(bio.get(), &data);
-  return std::string(data, static_cast<std::size_t>(n));
-}
-
-std::string signing_input(const json& header, const json& claims) {
-  return base64url_encode(header.dump()) + "." + base64url_encode(claims.dump());
-}
-
-/// Signs with RS256 (RSA key) or ES256 (EC key; the DER signature becomes JOSE r||s).
-std::string sign_jwt(const json& header, const json& claims, EVP_PKEY* k) {
-  std::string input = signing_input(header, claims);
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  REQUIRE(EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, k) == 1);
-  const auto* in = reinterpret_cast<const unsigned char*>(input.data());
-  std::size_t len = 0;
-  REQUIRE(EVP_DigestSign(ctx.get(), nullptr, &len, in, input.size()) == 1);
-  std::string sig(len, '\0');
-  REQUIRE(EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len, in, input.size()) == 1);
-  sig.resize(len);
-  if (EVP_PKEY_is_a(k, "EC")) {
-    const auto* der = reinterpret_cast<const unsigned char*>(sig.data());
-    ECDSA_SIG* es = d2i_ECDSA_SIG(nullptr, &der, static_cast<long>(sig.size()));
-    REQUIRE(es != nullptr);
-    std::string raw(64, '\0');
-    BN_bn2binpad(ECDSA_SIG_get0_r(es), reinterpret_cast<unsigned char*>(raw.data()), 32);
-    BN_bn2binpad(ECDSA_SIG_get0_s(es), reinterpret_cast<unsigned char*>(raw.data()) + 32, 32);
-    ECDSA_SIG_free(es);
-    sig = raw;
-  }
-  return input + "." + base64url_encode(sig);
-}
-
-/// An HS256 token whose HMAC key is `secret`.
-std::string sign_hs256(const json& header, const json& claims, const std::string& secret) {
-  std::string input = signing_input(header, claims);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  std::size_t len = 0;
-  REQUIRE(EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(), secret.size(),
-                    reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, sizeof mac,
-                    &len) != nullptr);
-  return input + "." + base64url_encode(std::string(reinterpret_cast<char*>(mac), len));
-}
-
-/// The public JWK of an RSA key: n and e as unpadded base64url of big-endian bytes.
-json rsa_jwk(EVP_PKEY* k, const std::string& kid) {
-  auto param = [k](const char* name) {
-    BIGNUM* b = nullptr;
-    REQUIRE(EVP_PKEY_get_bn_param(k, name, &b) == 1);
-    std::string bytes(static_cast<std::size_t>(BN_num_bytes(b)), '\0');
-    BN_bn2bin(b, reinterpret_cast<unsigned char*>(bytes.data()));
-    BN_free(b);
-    return base64url_encode(bytes);
-  };
-  return {{"kty", "RSA"}, {"kid", kid}, {"alg", "RS256"}, {"use", "sig"},
-          {"n", param(OSSL_PKEY_PARAM_RSA_N)}, {"e", param(OSSL_PKEY_PARAM_RSA_E)}};
+/// The JWK of an RSA key as a provider publishes it for RS256.
+json rs256_jwk(EVP_PKEY* k, const std::string& kid) {
+  auto j = public_jwk(k, kid);
+  j["alg"] = "RS256";
+  return j;
 }
 
 std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
@@ -355,7 +293,7 @@ TEST_CASE("OIDC keys are discovered, rotated on an unknown kid, and refreshed at
   auto key1 = fresh_key("RSA");
   auto key2 = fresh_key("RSA");
   auto key3 = fresh_key("RSA");  // never published
-  idp.serve({rsa_jwk(key1.get(), "k1")});
+  idp.serve({rs256_jwk(key1.get(), "k1")});
 
   auto token = [&](EVP_PKEY* k, const std::string& kid, const std::string& sub) {
     return sign_jwt({{"alg", "RS256"}, {"typ", "JWT"}, {"kid", kid}}, claims(idp.issuer(), sub), k);
@@ -378,7 +316,7 @@ TEST_CASE("OIDC keys are discovered, rotated on an unknown kid, and refreshed at
 
   // Rotation: only key 2 is published now. A k2 token names a kid scg has not
   // seen, which makes it refresh (once the refresh floor has passed).
-  idp.serve({rsa_jwk(key2.get(), "k2")});
+  idp.serve({rs256_jwk(key2.get(), "k2")});
   idp.wait_since_last_fetch(1200ms);
   {
     const int fetches = idp.jwks_fetches();

@@ -11,17 +11,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config.hpp"
+#include "tests/jwt_keys.hpp"
 
 using namespace scg::auth;
 using nlohmann::json;
 
-// From auth_jwt_test.cpp.
-namespace scg_auth_test {
-EVP_PKEY* test_key(const std::string& type);
-std::string public_pem(EVP_PKEY* k);
-std::string sign_jwt(const json& header, const json& claims, EVP_PKEY* k);
-std::string sign_hs256(const json& header, const json& claims, const std::string& secret);
-}  // namespace scg_auth_test
 using namespace scg_auth_test;
 
 namespace {

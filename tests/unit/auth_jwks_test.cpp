@@ -11,18 +11,12 @@
 
 #include "auth/authenticator.hpp"
 #include "config/config.hpp"
+#include "tests/jwt_keys.hpp"
 
 using namespace scg::auth;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// From auth_jwt_test.cpp.
-namespace scg_auth_test {
-std::shared_ptr<EVP_PKEY> fresh_key(const std::string& type);
-EVP_PKEY* test_key(const std::string& type);
-std::string sign_jwt(const json& header, const json& claims, EVP_PKEY* k);
-json public_jwk(EVP_PKEY* k, const std::string& kid);
-}  // namespace scg_auth_test
 using namespace scg_auth_test;
 
 namespace {
