@@ -208,6 +208,12 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   if (cfg.cluster) cluster::configure(caf_cfg, *cfg.cluster);
   caf::actor_system sys{caf_cfg};
   sys.await_actors_before_shutdown(false);
+  // The cluster actor runs on a thread of its own, which would keep the
+  // process alive: stopped on every way out of here.
+  struct cluster_stopper {
+    caf::actor_system& sys;
+    ~cluster_stopper() { cluster::stop(sys); }
+  } stop_cluster{sys};
 
   actors::backend_list backends;
   backend_keeper keeper{cfg, backends};

@@ -36,4 +36,8 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
                     const caf::actor& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready);
 
+/// Stops the cluster actor start() spawned, if any: call before the actor
+/// system goes away (its thread would otherwise keep the process alive).
+void stop(caf::actor_system& sys);
+
 }  // namespace scg::cluster

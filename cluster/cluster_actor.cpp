@@ -37,6 +37,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
+constexpr std::size_t sync_chunk = 2048;    // entries per repair message
+constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
 constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups of the seeds
@@ -54,6 +56,16 @@ std::pair<std::string, std::uint16_t> split(const std::string& addr) {
   std::string host = addr.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   return {host, static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
+/// True for "host:port" with a port in 1..65535: what split() can read.
+bool valid_address(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size() || addr.size() - colon > 6) return false;
+  for (std::size_t i = colon + 1; i < addr.size(); ++i)
+    if (addr[i] < '0' || addr[i] > '9') return false;
+  const long port = std::stol(addr.substr(colon + 1));
+  return port >= 1 && port <= 65535;
 }
 
 /// Every IPv4 address `host` resolves to (a headless Service names every pod).
@@ -95,14 +107,17 @@ struct cluster_state {
   std::shared_ptr<cluster_view> view;
   std::function<void()> on_ready;
   bool synced = false;
+  std::int64_t started_ms = actors::now_ms();  // steady clock, for the time to readiness
   std::uint64_t conflicts = 0;
 
   std::map<std::string, member> members;      // by node name, never self
   std::map<std::string, dial_target> targets;  // by "ip:port"
   std::set<std::string> self_addresses;        // addresses that turned out to be us
+  std::set<std::string> duplicate_warned;      // addresses of other replicas using our name
   std::vector<entry> outbox;
   bool flush_scheduled = false;
   std::uint64_t dial_rounds = 0;
+  bool resolving = false;  // a look-up of the seed names is under way
   static inline const char* name = "cluster";
 };
 
@@ -182,7 +197,8 @@ void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
   st.synced = true;
-  log().info("cluster_ready node={} reason=\"{}\" entries={}", st.cfg.node_name, why, st.table.size());
+  log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table.size(),
+             actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
   publish_view(self);
 }
@@ -205,6 +221,21 @@ std::vector<entry> entries_of(const replicated_table& t, const std::vector<std::
     out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   return out;
+}
+
+/// Sends a repair to `peer` in messages of at most sync_chunk entries, so a
+/// full sync of a large table neither holds one huge buffer on either side nor
+/// delays the deltas queued behind it for long. `sync_reply` (readiness) rides
+/// on the last message: a link delivers in order, so it arrives after the rest.
+void send_entries(self_ptr self, const caf::actor& peer, std::vector<entry> all, bool sync_reply) {
+  std::size_t first = 0;
+  do {  // at least once: an empty reply still carries sync_reply
+    const std::size_t last = std::min(all.size(), first + sync_chunk);
+    std::vector<entry> part(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(first)),
+                            std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(last)));
+    self->send(peer, entries_atom::value, std::move(part), sync_reply && last == all.size());
+    first = last;
+  } while (first < all.size());
 }
 
 /// Versions and applies a local write, and queues it for the peers.
@@ -232,24 +263,64 @@ void refresh_or_expire(self_ptr self) {
   const auto steady = actors::now_ms();
   std::vector<entry> touch;
   std::vector<std::string> expire;
-  st.table.for_each([&](const entry& e) {
+  st.table.for_each([&](const entry_view& e) {
     const bool session = e.key.rfind("s/", 0) == 0;
     if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
-    const std::string id = e.key.substr(2);
+    const std::string id(e.key.substr(2));
     auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
     const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
-    const auto written = static_cast<std::int64_t>(e.ver.time.wall_ms);
+    const auto written = static_cast<std::int64_t>(e.time.wall_ms);
     const std::int64_t used = seen && *seen > 0 ? wall - (steady - *seen) : 0;
-    if (used > written + ttl / 4)
-      touch.push_back(e);
-    else if (wall - std::max(written, used) > ttl)
-      expire.push_back(e.key);
+    switch (binding_fate(written, used, wall, ttl)) {
+      case fate::keep: break;
+      case fate::touch: touch.push_back(e.to_entry()); break;
+      case fate::expire: expire.emplace_back(e.key); break;
+    }
   });
   for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0});
   for (auto& key : expire) {
     write_local(self, entry{key, {}, {}, {}, true, 0});
     apply(st, *st.table.find(key));
     core::bump(core::global_metrics().cluster_entries_expired_total);
+  }
+}
+
+/// Merges entries from the peer that sent the current message: newest version
+/// wins, conflicts counted and logged, what changed mirrored into the data
+/// path. `delta`: local writes the peer pushed at once, whose delay since
+/// their write is observed (repairs carry old entries).
+void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
+  auto& st = self->state;
+  const auto now = wall_ms();
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  auto& metrics = core::global_metrics();
+  std::int64_t lag = 0;
+  for (const auto& e : batch) {
+    st.clock.observe(e.ver.time);
+    auto r = st.table.merge(e);
+    // Backend state (health, load, drains) is rewritten by its owner as it
+    // changes; only two different bindings of a session or operation conflict.
+    if (r.conflict && (e.key.rfind("s/", 0) == 0 || e.key.rfind("o/", 0) == 0)) {
+      ++st.conflicts;
+      core::bump(metrics.cluster_conflicts_total);
+      log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
+                 st.table.find(e.key)->ver.node);
+    }
+    if (!r.applied) continue;
+    core::bump(metrics.cluster_entries_merged_total);
+    apply(st, e);
+    lag = std::max(lag, now - static_cast<std::int64_t>(e.ver.time.wall_ms));
+    if (delta) {
+      const auto delay_us = now_us - static_cast<std::int64_t>(e.ver.time.wall_ms) * 1000;
+      metrics.replication_delay.observe(metrics.replication_bounds_us,
+                                        static_cast<std::uint64_t>(std::max<std::int64_t>(delay_us, 0)));
+    }
+  }
+  for (auto& [name, m] : st.members) {
+    if (m.cluster.address() != self->current_sender()) continue;
+    m.last_seen_ms = now;
+    if (!batch.empty()) m.lag_ms = lag;
   }
 }
 
@@ -317,28 +388,14 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
   });
 
   publish_members(self);
-  return {
+  caf::behavior running{
       // --- a backend joined the running set: apply what peers said of it -----
       [=](actors::backend_atom, const std::string& name) {
         auto& st = self->state;
-        st.table.for_each([&](const entry& e) {
-          const auto id = e.key.size() > 2 ? e.key.substr(2) : std::string();
-          if (e.backend == name || (id == name && e.key[0] != 's' && e.key[0] != 'o')) apply(st, e);
+        st.table.for_each([&](const entry_view& e) {
+          const auto id = e.key.size() > 2 ? e.key.substr(2) : std::string_view();
+          if (e.backend == name || (id == name && e.key[0] != 's' && e.key[0] != 'o')) apply(st, e.to_entry());
         });
-      },
-      // --- start: the address peers reach us at, known once published ---------
-      [=](address_atom, const std::string& address) {
-        auto& st = self->state;
-        st.self_address = address;
-        st.self_addresses.insert(address);
-        log().info("cluster_listening node={} address={} seeds={}", st.cfg.node_name, address,
-                   st.cfg.seeds.size());
-        self->send(self, dial_atom::value);
-        self->delayed_send(self, anti_entropy_interval, ae_atom::value);
-        if (st.cfg.seeds.empty())
-          mark_ready(self, "no seeds: first replica");
-        else
-          self->delayed_send(self, std::chrono::seconds(st.cfg.sync_wait_secs), ready_atom::value);
       },
 
       // --- from peers -------------------------------------------------------
@@ -346,8 +403,19 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           const std::vector<std::string>& known) {
         auto& st = self->state;
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        if (name == st.cfg.node_name) {  // we dialed ourselves
-          st.self_addresses.insert(address);
+        if (name == st.cfg.node_name) {
+          if (sender.node() == self->node()) {  // we dialed ourselves
+            st.self_addresses.insert(address);
+          } else if (st.duplicate_warned.insert(address).second) {
+            greet(self, sender);  // once: so the other one learns of it too
+            core::bump(core::global_metrics().cluster_duplicate_names_total);
+            log().error("duplicate_node_name node={} address={} reason=\"another replica uses this node_name; "
+                        "they cannot both be members\"", name, address);
+          }
+          return;
+        }
+        if (!valid_address(address)) {
+          log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
           return;
         }
         auto& m = st.members[name];
@@ -366,14 +434,14 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         m.last_seen_ms = wall_ms();
         st.targets[address].connected = true;
         for (const auto& a : known)
-          if (!st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
+          if (valid_address(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
         if (!was_up) publish_members(self);
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) {
         auto& st = self->state;
         auto diff = differing_buckets(st.table.digest(), to_digest(theirs));
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        self->send(sender, entries_atom::value, entries_of(st.table, diff), true);
+        send_entries(self, sender, entries_of(st.table, diff), true);
         if (!diff.empty()) {
           std::vector<std::uint64_t> wanted(diff.begin(), diff.end());
           self->send(sender, pull_atom::value, std::move(wanted));
@@ -381,35 +449,14 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       },
       [=](pull_atom, const std::vector<std::uint64_t>& buckets) {
         std::vector<std::size_t> b(buckets.begin(), buckets.end());
-        self->send(caf::actor_cast<caf::actor>(self->current_sender()), entries_atom::value,
-                   entries_of(self->state.table, b), false);
+        send_entries(self, caf::actor_cast<caf::actor>(self->current_sender()), entries_of(self->state.table, b),
+                     false);
       },
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) {
-        auto& st = self->state;
-        const auto now = wall_ms();
-        std::int64_t lag = 0;
-        for (const auto& e : batch) {
-          st.clock.observe(e.ver.time);
-          auto r = st.table.merge(e);
-          if (r.conflict) {
-            ++st.conflicts;
-            core::bump(core::global_metrics().cluster_conflicts_total);
-            log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
-                       st.table.find(e.key)->ver.node);
-          }
-          if (r.applied) {
-            core::bump(core::global_metrics().cluster_entries_merged_total);
-            apply(st, e);
-            lag = std::max(lag, now - static_cast<std::int64_t>(e.ver.time.wall_ms));
-          }
-        }
-        for (auto& [name, m] : st.members) {
-          if (m.cluster.address() != self->current_sender()) continue;
-          m.last_seen_ms = now;
-          if (!batch.empty()) m.lag_ms = lag;
-        }
+        merge_batch(self, batch, false);
         if (sync_reply) mark_ready(self, "synced with a peer");
       },
+      [=](delta_atom, const std::vector<entry>& batch) { merge_batch(self, batch, true); },
 
       // --- from the router ------------------------------------------------------
       [=](put_atom, std::string& key, std::string& backend, std::string& session) {
@@ -420,7 +467,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       },
       [=](actors::bind_atom, const std::string& key) -> std::string {
         // The router's miss path: a binding this replica holds but forgot locally.
-        const auto* e = self->state.table.find(key);
+        const auto e = self->state.table.find(key);
         return e && !e->deleted ? e->backend : std::string();
       },
 
@@ -432,22 +479,35 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         auto batch = std::move(st.outbox);
         st.outbox.clear();
         for (const auto& [name, m] : st.members)
-          if (m.up) self->send(m.cluster, entries_atom::value, batch, false);
+          if (m.up) self->send(m.cluster, delta_atom::value, batch);
       },
       [=](dial_atom) {
         auto& st = self->state;
         // Seed names are re-resolved every few rounds: a scaled-up
         // StatefulSet's new pods appear under its headless Service name.
-        if (st.dial_rounds++ % resolve_every == 0) {
-          for (const auto& seed : st.cfg.seeds) {
-            auto [host, port] = split(seed);
-            for (const auto& ip : resolve(host)) st.targets[ip + ":" + std::to_string(port)];
-          }
+        if (st.dial_rounds++ % resolve_every == 0 && !st.resolving && !st.cfg.seeds.empty()) {
+          // Look-ups may block for seconds: on a thread of their own, not
+          // on one of the scheduler's two.
+          st.resolving = true;
+          self->spawn<caf::detached>(
+              [seeds = st.cfg.seeds](caf::blocking_actor* resolver, const caf::actor& cluster) {
+                std::vector<std::string> addrs;
+                for (const auto& seed : seeds) {
+                  auto [host, port] = split(seed);
+                  for (const auto& ip : resolve(host)) addrs.push_back(ip + ":" + std::to_string(port));
+                }
+                resolver->send(cluster, resolved_atom::value, std::move(addrs));
+              },
+              caf::actor{self});
         }
         std::vector<std::string> addrs;
         for (const auto& [addr, t] : st.targets) addrs.push_back(addr);
         for (const auto& a : addrs) dial(self, a);
         self->delayed_send(self, dial_interval, dial_atom::value);
+      },
+      [=](resolved_atom, const std::vector<std::string>& addrs) {
+        self->state.resolving = false;
+        for (const auto& a : addrs) dial(self, a);  // new ones at once; the rest as dial() decides
       },
       [=](ae_atom) {
         auto& st = self->state;
@@ -460,6 +520,27 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
       [=](ready_atom) { mark_ready(self, "sync wait over: no peer answered"); },
+  };
+  // Until the address peers reach us at is known (right after publishing),
+  // every other message waits in the mailbox: a greeting sent before it would
+  // announce no address.
+  self->set_default_handler(caf::skip);
+  return {
+      [=](address_atom, const std::string& address) {
+        auto& st = self->state;
+        st.self_address = address;
+        st.self_addresses.insert(address);
+        log().info("cluster_listening node={} address={} seeds={}", st.cfg.node_name, address,
+                   st.cfg.seeds.size());
+        self->send(self, dial_atom::value);
+        self->delayed_send(self, anti_entropy_interval, ae_atom::value);
+        if (st.cfg.seeds.empty())
+          mark_ready(self, "no seeds: first replica");
+        else
+          self->delayed_send(self, std::chrono::seconds(st.cfg.sync_wait_secs), ready_atom::value);
+        self->set_default_handler(caf::print_and_drop);
+        self->become(running);
+      },
   };
 }
 
@@ -489,8 +570,9 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
     gethostname(buf, sizeof buf - 1);
     advertised = buf;
   }
-  // Spawned detached: it resolves seed names, which may block.
-  auto actor = sys.spawn<caf::detached>(cluster_actor, c, ttl, table, backends, router, view,
+  // On the scheduler (seed names are resolved on a thread of their own): a
+  // detached actor's thread would wait at exit for every reference to it.
+  auto actor = sys.spawn(cluster_actor, c, ttl, table, backends, router, view,
                                         std::move(on_ready));
   const char* in = host == "0.0.0.0" ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
@@ -502,7 +584,16 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
     return 0;
   }
   caf::anon_send(actor, address_atom::value, advertised + ":" + std::to_string(*bound));
+  sys.registry().put(registry_key, actor);
   return *bound;
+}
+
+void stop(caf::actor_system& sys) {
+  if (auto actor = sys.registry().get<caf::actor>(registry_key)) {
+    sys.registry().erase(registry_key);
+    sys.middleman().unpublish(actor, 0);
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
 }
 
 }  // namespace scg::cluster

@@ -15,7 +15,8 @@ namespace scg::cluster {
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // (name, address, router, peers)
 using digest_atom = caf::atom_constant<caf::atom("digest")>;    // (vector<uint64>): my digest
 using pull_atom = caf::atom_constant<caf::atom("pull")>;        // (vector<uint64>): send these buckets
-using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply)
+using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply): repairs
+using delta_atom = caf::atom_constant<caf::atom("delta")>;      // (vector<entry>): local writes, pushed at once
 
 // router → cluster actor (local)
 using put_atom = caf::atom_constant<caf::atom("put")>;    // (key, backend name, session)
@@ -33,6 +34,7 @@ using dial_atom = caf::atom_constant<caf::atom("dial")>;
 using ae_atom = caf::atom_constant<caf::atom("ae")>;  // periodic anti-entropy
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using address_atom = caf::atom_constant<caf::atom("address")>;  // (string): where peers reach us
+using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // (vector<string>): seed addresses found
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {

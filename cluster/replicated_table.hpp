@@ -9,6 +9,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +36,16 @@ struct entry {
   std::uint64_t tombstone_expires_ms = 0;  ///< wall time after which a tombstone is dropped
 };
 
+/// An entry as the table holds it, for reading in place (for_each): views
+/// into the table, valid until it changes.
+struct entry_view {
+  std::string_view key, backend, session, node;
+  hlc_time time;
+  bool deleted = false;
+  std::uint64_t tombstone_expires_ms = 0;
+  entry to_entry() const;
+};
+
 /// What a merge did.
 struct merge_result {
   bool applied = false;  ///< the incoming entry is now the one in force
@@ -46,24 +58,34 @@ struct merge_result {
 
 /// Last-writer-wins map from key to entry, with an incrementally maintained
 /// anti-entropy digest. Not thread-safe: one actor owns it.
+///
+/// Compact, because every replica holds every binding of the cluster: an entry
+/// is one allocation (fixed fields, then the bytes of key, session and backend),
+/// node names are stored once and referred to by number, and each digest bucket
+/// is an open-addressing table of pointers. About 110 bytes per session binding
+/// (docs/performance.md), where a std::unordered_map of `entry` took 400.
 class replicated_table {
  public:
+  replicated_table();
+  ~replicated_table();
+  replicated_table(replicated_table&&) noexcept;
+  replicated_table& operator=(replicated_table&&) noexcept;
+
   /// Applies `incoming` when its version is newer than the local one (or the
   /// key is absent); an equal or older version changes nothing.
   merge_result merge(const entry& incoming);
 
   /// Local write binding `key` to `backend`. Returns the entry in force: the
   /// new one, or the local one when it holds a newer version.
-  const entry& put(const std::string& key, std::string backend, std::string session, version ver);
+  entry put(const std::string& key, std::string backend, std::string session, version ver);
 
   /// Local delete: leaves a tombstone at `ver` that expire_tombstones() drops
   /// once the wall clock reaches `now_wall_ms + tombstone_ttl_ms`. Returns the
   /// entry in force, as put().
-  const entry& erase(const std::string& key, version ver, std::uint64_t tombstone_ttl_ms,
-                     std::uint64_t now_wall_ms);
+  entry erase(const std::string& key, version ver, std::uint64_t tombstone_ttl_ms, std::uint64_t now_wall_ms);
 
-  /// The entry for `key`, tombstone included; nullptr when absent.
-  const entry* find(const std::string& key) const;
+  /// The entry for `key`, tombstone included; nullopt when absent.
+  std::optional<entry> find(std::string_view key) const;
 
   /// The per-bucket hashes; O(1), they are kept up to date on every change.
   bucket_digest digest() const { return hashes_; }
@@ -83,12 +105,13 @@ class replicated_table {
   /// Every entry (tombstones included) in no particular order, for a full sync.
   std::vector<entry> all() const;
 
-  /// Calls `f(const entry&)` for every entry, without copying; `f` must not
-  /// change the table.
+  /// Calls `f(const entry_view&)` for every entry, without copying; `f` must
+  /// not change the table.
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& shard : shards_)
-      for (const auto& [key, e] : shard) f(e);
+    for (const auto& s : shards_)
+      for (const auto& r : s.slots)
+        if (r) f(view(*r));
   }
 
   /// The digest bucket of `key`; the same on every replica.
@@ -99,16 +122,46 @@ class replicated_table {
   static std::uint64_t entry_hash(const entry& e);
 
  private:
-  // Last-writer-wins core of merge, put and erase; returns the entry in force.
-  const entry& upsert(entry incoming, merge_result& result);
-  void account(std::size_t bucket, const entry& e, bool adding);
+  struct record;
+  struct record_free {
+    void operator()(record* r) const noexcept;
+  };
+  using record_ptr = std::unique_ptr<record, record_free>;
+  /// One digest bucket's entries: linear probing over a power-of-two array.
+  struct shard {
+    std::vector<record_ptr> slots;
+    std::size_t used = 0;
+  };
 
-  // Keys are sharded by digest bucket so bucket_entries() reads one shard.
-  std::array<std::unordered_map<std::string, entry>, digest_buckets> shards_;
+  // Last-writer-wins core of merge, put and erase; returns the entry in force.
+  entry upsert(const entry& incoming, merge_result& result);
+  void account(std::size_t bucket, const entry& e, bool adding);
+  record_ptr pack(const entry& e);
+  entry_view view(const record& r) const;
+  std::uint32_t name_id(std::string_view name);
+  /// The slot holding `key`, or the empty slot where it would go.
+  static std::size_t probe(const shard& s, std::string_view key);
+  static void grow(shard& s);
+  static void remove_at(shard& s, std::size_t i);
+
+  std::array<shard, digest_buckets> shards_;
+  std::deque<std::string> names_;  // node names (version.node), by number; views stay valid
+  std::unordered_map<std::string, std::uint32_t> name_ids_;
   bucket_digest hashes_{};
   std::size_t size_ = 0;
   std::size_t live_ = 0;
 };
+
+/// What a replica does with a live binding in its periodic pass.
+enum class fate { keep, touch, expire };
+
+/// A binding written (versioned) at wall time `written`, last used here at
+/// `used` (0: not used here), seen at `wall`, with time to live `ttl` (all ms).
+/// A replica that uses a binding writes it again (touch) once the use is a
+/// quarter ttl past the version, so others learn it is alive. The last use
+/// anywhere may thus lie up to ttl/4 after the version: a binding expires
+/// only when neither that nor a local use is within the ttl.
+fate binding_fate(std::int64_t written, std::int64_t used, std::int64_t wall, std::int64_t ttl);
 
 /// Indices of the buckets where two digests differ, ascending.
 std::vector<std::size_t> differing_buckets(const bucket_digest& a, const bucket_digest& b);

@@ -51,24 +51,32 @@ void metrics::render(std::string& out) const {
   }
   header(out, "forward_rpc_duration_seconds", "Time from a call's arrival to its end, by Spark Connect method",
          "histogram");
-  for (std::size_t r = 0; r < net::rpc_count; ++r) {
-    std::uint64_t cumulative = 0;
-    for (std::size_t b = 0; b <= duration_bounds_us.size(); ++b) cumulative += durations[r][b].load(std::memory_order_relaxed);
-    if (cumulative == 0) continue;  // a method never called adds no series
-    const std::string rpc(net::rpc_name(static_cast<net::rpc>(r)));
-    std::uint64_t running = 0;
-    for (std::size_t b = 0; b <= duration_bounds_us.size(); ++b) {
-      running += durations[r][b].load(std::memory_order_relaxed);
-      const std::string le = b < duration_bounds_us.size()
-                                 ? std::to_string(static_cast<double>(duration_bounds_us[b]) / 1e6)
-                                 : std::string("+Inf");
-      out += "scg_forward_rpc_duration_seconds_bucket{rpc=\"" + rpc + "\",le=\"" + le + "\"} " +
-             std::to_string(running) + "\n";
-    }
-    out += "scg_forward_rpc_duration_seconds_sum{rpc=\"" + rpc + "\"} " +
-           std::to_string(static_cast<double>(duration_sum_us[r].load(std::memory_order_relaxed)) / 1e6) + "\n";
-    out += "scg_forward_rpc_duration_seconds_count{rpc=\"" + rpc + "\"} " + std::to_string(running) + "\n";
+  for (std::size_t r = 0; r < net::rpc_count; ++r)
+    durations[r].render(out, "forward_rpc_duration_seconds",
+                        "rpc=\"" + std::string(net::rpc_name(static_cast<net::rpc>(r))) + "\"", duration_bounds_us,
+                        true);  // a method never called adds no series
+  header(out, "cluster_replication_delay_seconds",
+         "Time from a write at its replica to its arrival here, for entries pushed as deltas", "histogram");
+  replication_delay.render(out, "cluster_replication_delay_seconds", "", replication_bounds_us, false);
+}
+
+template <std::size_t N>
+void histogram<N>::render(std::string& out, const std::string& name, const std::string& labels,
+                          const std::array<std::uint64_t, N>& bounds, bool skip_empty) const {
+  std::uint64_t total = 0;
+  for (const auto& c : counts) total += c.load(std::memory_order_relaxed);
+  if (total == 0 && skip_empty) return;
+  const std::string prefix = labels.empty() ? "" : labels + ",";
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
+  std::uint64_t running = 0;
+  for (std::size_t b = 0; b <= N; ++b) {
+    running += counts[b].load(std::memory_order_relaxed);
+    const std::string le = b < N ? std::to_string(static_cast<double>(bounds[b]) / 1e6) : std::string("+Inf");
+    out += "scg_" + name + "_bucket{" + prefix + "le=\"" + le + "\"} " + std::to_string(running) + "\n";
   }
+  out += "scg_" + name + "_sum" + braces + " " +
+         std::to_string(static_cast<double>(sum_us.load(std::memory_order_relaxed)) / 1e6) + "\n";
+  out += "scg_" + name + "_count" + braces + " " + std::to_string(running) + "\n";
 }
 
 metrics& global_metrics() {

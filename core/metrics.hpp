@@ -32,6 +32,7 @@ namespace scg::core {
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
+  X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
   X(config_reloads_total, "Backend-set reloads applied (SIGHUP)")                                 \
   X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \
   X(backend_resolve_failures_total, "Re-resolutions of a resolve: all backend name that failed")   \
@@ -56,6 +57,28 @@ namespace scg::core {
 inline constexpr std::size_t status_code_count = 17;
 const char* status_code_name(int code);
 
+/// A Prometheus histogram of microsecond values over fixed upper bounds
+/// (`bounds`, ascending, passed by its owner): counts per bucket, not
+/// cumulative (render() makes them so), and the sum.
+template <std::size_t N>
+struct histogram {
+  std::array<std::atomic<std::uint64_t>, N + 1> counts{};  // the last: above every bound
+  std::atomic<std::uint64_t> sum_us{0};
+
+  void observe(const std::array<std::uint64_t, N>& bounds, std::uint64_t us) {
+    std::size_t b = 0;
+    while (b < N && us > bounds[b]) ++b;
+    counts[b].fetch_add(1, std::memory_order_relaxed);
+    sum_us.fetch_add(us, std::memory_order_relaxed);
+  }
+
+  /// Appends the _bucket, _sum and _count series of `name` (with the label
+  /// pairs `labels`, e.g. `rpc="Config"`, or none); nothing while empty and
+  /// `skip_empty`.
+  void render(std::string& out, const std::string& name, const std::string& labels,
+              const std::array<std::uint64_t, N>& bounds, bool skip_empty) const;
+};
+
 /// All of scg's own metrics. One instance per process: global_metrics().
 struct metrics {
 #define SCG_DECLARE(name, help) std::atomic<std::uint64_t> name{0};
@@ -65,20 +88,21 @@ struct metrics {
   /// Finished calls by rpc and status code (scg_forward_rpcs_total).
   std::array<std::array<std::atomic<std::uint64_t>, status_code_count>, net::rpc_count> rpcs{};
 
-  /// Call durations by rpc (scg_forward_rpc_duration_seconds): upper bounds
-  /// in µs, counts per bucket (not cumulative; rendered cumulative), sums.
+  /// Call durations by rpc (scg_forward_rpc_duration_seconds).
   static constexpr std::array<std::uint64_t, 16> duration_bounds_us{
       500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
       1000000, 2500000, 5000000, 10000000, 60000000, 300000000};
-  std::array<std::array<std::atomic<std::uint64_t>, duration_bounds_us.size() + 1>, net::rpc_count> durations{};
-  std::array<std::atomic<std::uint64_t>, net::rpc_count> duration_sum_us{};
+  std::array<histogram<duration_bounds_us.size()>, net::rpc_count> durations{};
+
+  /// Time from a write at its replica to its arrival here, for entries pushed
+  /// as deltas (scg_cluster_replication_delay_seconds). Versions carry
+  /// milliseconds, so values are exact to about 1 ms.
+  static constexpr std::array<std::uint64_t, 14> replication_bounds_us{
+      1000, 2000, 3000, 4000, 5000, 7500, 10000, 15000, 25000, 50000, 100000, 250000, 1000000, 5000000};
+  histogram<replication_bounds_us.size()> replication_delay{};
 
   void observe_duration(net::rpc r, std::uint64_t us) {
-    std::size_t b = 0;
-    while (b < duration_bounds_us.size() && us > duration_bounds_us[b]) ++b;
-    const auto i = static_cast<std::size_t>(r);
-    durations[i][b].fetch_add(1, std::memory_order_relaxed);
-    duration_sum_us[i].fetch_add(us, std::memory_order_relaxed);
+    durations[static_cast<std::size_t>(r)].observe(duration_bounds_us, us);
   }
 
   void count_rpc(net::rpc r, int code) {

@@ -45,6 +45,8 @@ front_door::front_door(const config::gateway& cfg, forward_context& fx)
     : service_(std::make_unique<service>(fx)) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.bind_addr, credentials(cfg.tls), &port_);
+  // gRPC's default SO_REUSEPORT would let a second scg share a busy port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const int max = static_cast<int>(cfg.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max);
   builder.SetMaxSendMessageSize(max);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scg's benchmark, one command, on loopback: scg-fake-spark direct, through scg,
 # through nginx (grpc_pass) and through HAProxy (h2 both sides), interleaved and
-# repeated; then scg's memory per idle session and a cluster's replication rate.
+# repeated; then scg's memory per idle session and the cluster's replication
+# (delay at a steady rate, bindings per second, a full sync to a joining replica).
 #
 #   scripts/bench.sh                        full run (3 rounds, 1 GiB streams, 100k sessions)
 #   BENCH_QUICK=1 scripts/bench.sh          smoke test (under 2 minutes), every path and workload
@@ -10,7 +11,9 @@
 #
 # Settings (environment): BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_WARMUP_SECS,
 # BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream samples per
-# path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS, BENCH_REPLICAS (2 or 3),
+# path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS (0: no cluster phase),
+# BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
+# rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
 # BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_WORKLOADS (default
 # "unary h2load stream"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
 # (unary, default "1 32 256"), BENCH_SOAK_SECS, BENCH_BUILD_DIR.
@@ -28,9 +31,9 @@ MODE=${1:-bench}
 }
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
-  defaults=(1 2 1 $((64 << 20)) 10000 1 2000 60)
+  defaults=(1 2 1 $((64 << 20)) 10000 1 2000 60 2 10000)
 else
-  defaults=(3 10 2 $((1 << 30)) 100000 3 20000 600)
+  defaults=(3 10 2 $((1 << 30)) 100000 3 20000 600 10 100000)
 fi
 ROUNDS=${BENCH_ROUNDS:-${defaults[0]}}
 UNARY_SECS=${BENCH_UNARY_SECS:-${defaults[1]}}
@@ -40,7 +43,10 @@ MESSAGE_BYTES=${BENCH_MESSAGE_BYTES:-$((4 << 20))}
 SESSIONS=${BENCH_SESSIONS:-${defaults[4]}}
 STREAM_REPEATS=${BENCH_STREAM_REPEATS:-${defaults[5]}}
 REPL_SESSIONS=${BENCH_REPL_SESSIONS:-${defaults[6]}}
-REPLICAS=${BENCH_REPLICAS:-2}
+REPLICAS=${BENCH_REPLICAS:-3}
+REPL_RATE=${BENCH_REPL_RATE:-1000}
+REPL_RATE_SECS=${BENCH_REPL_RATE_SECS:-${defaults[8]}}
+SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 read -r -a PATHS <<<"${BENCH_PATHS:-direct scg nginx haproxy}"
 read -r -a WORKLOADS <<<"${BENCH_WORKLOADS:-unary h2load stream}"
@@ -55,12 +61,14 @@ die() {
   exit 1
 }
 
-for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS SOAK_SECS; do
+for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS \
+  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
   die "need BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_STREAM_REPEATS >= 1 and BENCH_STREAM_BYTES >= BENCH_MESSAGE_BYTES >= 1"
 ((REPLICAS >= 2 && REPLICAS <= 3)) || die "BENCH_REPLICAS must be 2 or 3"
+((REPL_RATE >= 1 && REPL_RATE_SECS >= 1)) || die "BENCH_REPL_RATE and BENCH_REPL_RATE_SECS must be at least 1"
 ((SOAK_SECS >= 20)) || die "BENCH_SOAK_SECS must be at least 20"
 for path in "${PATHS[@]}"; do
   [[ $path =~ ^(direct|scg|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
@@ -619,53 +627,136 @@ wait_mesh() {
   return 1
 }
 
-# The cluster's replication rate: REPLICAS scg replicas with a cluster: block, one
-# fake; REPL_SESSIONS new sessions are opened on replica 1 while replica 2's
-# replicated table is polled every 50 ms until it holds them all (at most 120 s).
-replication() {
-  local r pids=() admins=() grpc1="" seed="" base t0 t_seen="" i n open_s bench_pid complete=true
+# bytes_received PID PORT...: bytes PID's TCP sockets received on connections
+# whose local or peer port is one of PORT (the kernel's tcp_info, through ss).
+bytes_received() {
+  local pid=$1
+  shift
+  ss -tinpH state established | awk -v pid="pid=$pid," -v ports=" $* " '
+    /^[^ \t]/ { n = split($3, l, ":"); m = split($4, p, ":")
+                mine = index($0, pid) > 0 && (index(ports, " " l[n] " ") || index(ports, " " p[m] " ")); next }
+    mine && match($0, /bytes_received:[0-9]+/) { sum += substr($0, RSTART + 15, RLENGTH - 15) }
+    END { print sum + 0 }'
+}
+
+# delay_buckets ADMIN_PORT: the replica's scg_cluster_replication_delay_seconds
+# buckets as a JSON array of [le, cumulative count].
+delay_buckets() {
+  printf '[%s]' "$(admin_get "$1" /metrics |
+    sed -n 's/^scg_cluster_replication_delay_seconds_bucket{le="\([^"]*\)"} \([0-9]*\)$/["\1",\2]/p' | paste -sd,)"
+}
+
+# open_sessions TAG GRPC_PORT COUNT [--rate R]: COUNT new sessions through one
+# replica (scg-bench sessions), its JSON line in $WORK/TAG.json; dies on failure.
+open_sessions() {
+  local tag=$1 port=$2 count=$3
+  shift 3
+  run_bounded 600 "$WORK/$tag.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" --count "$count" \
+    --concurrency "$SESSION_CONCURRENCY" "$@" || die "opening $count sessions ($tag) failed: $(cat "$WORK/$tag.json")"
+}
+
+# wait_sessions ADMIN_PORT N: up to 120 s until the replica holds N sessions;
+# prints the seconds waited, or nothing when it never did.
+wait_sessions() {
+  local i n t0
+  t0=$(now_s)
+  for ((i = 0; i < 2400; i++)); do
+    n=$(replica_sessions "$1")
+    if [[ -n $n ]] && ((n >= $2)); then
+      awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }'
+      return 0
+    fi
+    sleep 0.05
+  done
+}
+
+# The cluster (issue #3), REPLICAS scg replicas with a cluster: block and one fake:
+#  1. visibility: REPL_RATE new sessions/s on replica 1 for REPL_RATE_SECS; the
+#     other replicas' scg_cluster_replication_delay_seconds histograms (write at
+#     the owner -> arrival) before and after;
+#  2. rate: REPL_SESSIONS new sessions at full speed on replica 1, and how long
+#     until replica 2 holds them all;
+#  3. full sync: sessions opened until the table holds SYNC_ENTRIES, then one
+#     more replica, seeded from replica 1, joins: time from its start to ready,
+#     bytes it received from peers until then, and its RSS over the RSS replica 2
+#     had when it had just joined the empty cluster.
+cluster_bench() {
+  local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss
   for ((r = 1; r <= REPLICAS; r++)); do
     start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [${seed}]" "  sync_wait_secs: 3"
     pids+=("$STARTED_PID")
     admins+=("$STARTED_ADMIN_PORT")
+    cports+=("$STARTED_CLUSTER_PORT")
     [[ -z $seed ]] && seed="\"127.0.0.1:$STARTED_CLUSTER_PORT\"" grpc1=$STARTED_GRPC_PORT
   done
   if ! wait_mesh "${admins[@]}"; then
-    log "WARNING: the $REPLICAS replicas did not form a cluster within 30 s; no replication figure (see $WORK/replica-*.log)"
+    log "WARNING: the $REPLICAS replicas did not form a cluster within 30 s; no cluster figures (see $WORK/replica-*.log)"
     for r in "${pids[@]}"; do stop_pid "$r"; done
     return 0
   fi
   wait_routes "$grpc1" "${pids[0]}" "$WORK/replica-1.log" "replica 1"
   sleep 1
+  empty_rss=$(status_kib VmRSS "${pids[1]}")
+
+  # 1. Visibility delay at a steady rate.
+
+  for ((r = 0; r < REPLICAS; r++)); do before+=("$(delay_buckets "${admins[r]}")"); done
+  open_sessions repl-rate "$grpc1" $((REPL_RATE * REPL_RATE_SECS)) --rate "$REPL_RATE"
+  sleep 0.5
+  for ((r = 0; r < REPLICAS; r++)); do after+=("$(delay_buckets "${admins[r]}")"); done
+  printf '{"kind":"replication_delay","replicas":%d,"rate":%d,"sessions":%d,"errors":%d,"open_s":%s,"before":[%s],"after":[%s]}\n' \
+    "$REPLICAS" "$REPL_RATE" $((REPL_RATE * REPL_RATE_SECS)) "$(json_int "$WORK/repl-rate.json" errors)" \
+    "$(json_seconds "$WORK/repl-rate.json")" "$(IFS=,; echo "${before[*]}")" "$(IFS=,; echo "${after[*]}")" >>"$RAW"
+  log "replication delay at $REPL_RATE sessions/s: $(cat "$WORK/repl-rate.json")"
+
+  # 2. Bindings per second at full speed.
   base=$(replica_sessions "${admins[1]}")
   [[ -n $base ]] || die "replica 2 has no scg_sessions_active in /metrics"
   t0=$(now_s)
   timeout --kill-after=5 300 "$BUILD/scg-bench" sessions --target "127.0.0.1:$grpc1" --count "$REPL_SESSIONS" \
     --concurrency "$SESSION_CONCURRENCY" >"$WORK/repl.json" 2>>"$WORK/bench-client.log" &
-  bench_pid=$!
+  local bench_pid=$!
   CHILDREN+=("$bench_pid")
-  for ((i = 0; i < 2400; i++)); do
-    n=$(replica_sessions "${admins[1]}")
-    if [[ -n $n ]] && ((n - base >= REPL_SESSIONS)); then
-      t_seen=$(now_s)
-      break
-    fi
-    sleep 0.05
-  done
+  t_seen=$(wait_sessions "${admins[1]}" $((base + REPL_SESSIONS)))
   wait "$bench_pid" || die "opening sessions on replica 1 failed: $(cat "$WORK/repl.json")"
   forget_child "$bench_pid"
+  n=$(replica_sessions "${admins[1]}")
   if [[ -z $t_seen ]]; then
-    complete=false t_seen=$(now_s)
+    complete=false t_seen=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }')
     log "WARNING: replica 2 showed $((n - base)) of $REPL_SESSIONS new bindings after 120 s"
   fi
   open_s=$(json_seconds "$WORK/repl.json")
-  local out
-  out=$(<"$WORK/repl.json")
   printf '{"kind":"replication","replicas":%d,"sessions":%d,"errors":%d,"open_s":%s,"visible_s":%s,"seen":%d,"complete":%s}\n' \
-    "$REPLICAS" "$REPL_SESSIONS" "$(json_int "$WORK/repl.json" errors)" "$open_s" \
-    "$(awk -v a="$t0" -v b="$t_seen" 'BEGIN { printf "%.3f", b - a }')" "$((n - base))" "$complete" >>"$RAW"
-  log "replication: $out; replica 2 saw $((n - base)) new bindings after $(awk -v a="$t0" -v b="$t_seen" 'BEGIN { printf "%.2f", b - a }') s"
+    "$REPLICAS" "$REPL_SESSIONS" "$(json_int "$WORK/repl.json" errors)" "$open_s" "$t_seen" "$((n - base))" "$complete" >>"$RAW"
+  log "replication: $(cat "$WORK/repl.json"); replica 2 saw $((n - base)) new bindings after $t_seen s"
+
+  # 3. A full sync of SYNC_ENTRIES bindings to a joining replica.
+  n=$(replica_sessions "${admins[0]}")
+  ((SYNC_ENTRIES > n)) && open_sessions sync-fill "$grpc1" $((SYNC_ENTRIES - n))
+  n=$(replica_sessions "${admins[0]}")
+  [[ -n $(wait_sessions "${admins[$((REPLICAS - 1))]}" "$n") ]] || log "WARNING: replica $REPLICAS never held all $n sessions"
+  local joiner ready_s="" received total rss i
+  t0=$(now_s)
+  start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
+    "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
+  joiner=$STARTED_PID
+  for ((i = 0; i < 3000; i++)); do
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then
+      ready_s=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }')
+      break
+    fi
+    sleep 0.01
+  done
+  received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
+  [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
+  sleep 3 # every peer's sync reply has arrived and been freed
+  total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
+  rss=$(status_kib VmRSS "$joiner")
+  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d}\n' \
+    "$n" "$(replica_sessions "$STARTED_ADMIN_PORT")" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" >>"$RAW"
+  log "full sync of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
+  stop_pid "$joiner"
   for ((r = ${#pids[@]} - 1; r >= 0; r--)); do stop_pid "${pids[r]}"; done
 }
 
@@ -742,14 +833,14 @@ else
   log "load average before: $LOAD_START; paths: ${PATHS[*]}; rounds=$ROUNDS unary=${UNARY_SECS}s" \
     "(+${WARMUP_SECS}s warm-up) at c=${UNARY_CONCURRENCIES[*]}, h2load c=$H2LOAD_CONCURRENCY," \
     "stream=$STREAM_BYTES bytes in $MESSAGE_BYTES-byte messages, sessions=$SESSIONS," \
-    "replication: $REPL_SESSIONS sessions over $REPLICAS replicas"
+    "cluster: $REPLICAS replicas, ${REPL_RATE}/s for ${REPL_RATE_SECS}s, $REPL_SESSIONS at full speed, a $SYNC_ENTRIES-entry sync"
   start_servers
   measure_idle
   start_rss_samplers
   load_rounds
   stop_rss_samplers
   ((SESSIONS > 0)) && idle_sessions
-  ((REPL_SESSIONS > 0)) && replication
+  ((REPL_SESSIONS > 0)) && cluster_bench
   OUT=bench-results/bench-$STAMP
 fi
 write_meta

@@ -165,7 +165,7 @@ class oidc_provider {
 
 }  // namespace
 
-TEST_CASE("JWTs are verified against a local key; the verified subject replaces user_id",
+TEST_CASE("JWTs are verified against a local key - the verified subject replaces user_id",
           "[integration][security][auth]") {
   temp_dir dir;
   const std::string issuer = "https://issuer.test";
@@ -253,7 +253,7 @@ TEST_CASE("JWTs are verified against a local key; the verified subject replaces 
   }
 }
 
-TEST_CASE("ES256 JWTs verify against a P-256 key; HS256 with a public key is refused at config time",
+TEST_CASE("ES256 JWTs verify against a P-256 key - HS256 with a public key is refused at config time",
           "[integration][security][auth]") {
   temp_dir dir;
   const std::string issuer = "https://issuer.test";

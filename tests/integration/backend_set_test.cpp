@@ -44,7 +44,7 @@ std::string log_text(const gateway& gw) {
 
 }  // namespace
 
-TEST_CASE("SIGHUP reloads the backend list; a bad file is refused and the running list kept",
+TEST_CASE("SIGHUP reloads the backend list - a bad file is refused and the running list kept",
           "[integration][placement][reload]") {
   temp_dir dir;
   auto a = start_fake(dir, "fake-a");

@@ -2,6 +2,11 @@
 // new session, no single replica matters.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <mutex>
 
 #include <csignal>
@@ -436,4 +441,78 @@ TEST_CASE("a session rebound off a lost backend moves on every replica without a
   CHECK(config_backend(env.replicas[1]->grpc_port, on_a[0]) == moved_to);
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_conflicts_total") == 0);
   CHECK(metric_value(env.replicas[0]->admin_port, "scg_router_rebinds_total") == 1);
+}
+
+TEST_CASE("a clustered replica drains and exits 0 on SIGTERM - its peer sees it leave", "[integration][cluster]") {
+  cluster_env env(2);
+  auto& leaving = *env.replicas[1];
+  leaving.proc.signal(SIGTERM);
+  CHECK(leaving.proc.wait(10s) == 0);
+  auto down = [&] {
+    auto j = nlohmann::json::parse(http_get(env.replicas[0]->admin_port, "/api/v1/cluster").second);
+    for (const auto& m : j["members"])
+      if (m["name"] == "scg-1") return m["status"] == "down";
+    return false;
+  };
+  CHECK(eventually(down, 5s));
+}
+
+namespace {
+int unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+TEST_CASE("three replicas started at the same instant, each seeded with all, form one mesh", "[integration][cluster]") {
+  // Each may be dialed before it knows the address it announces: none may
+  // announce an empty one, and none may fail on one.
+  for (int trial = 0; trial < 3; ++trial) {
+    temp_dir dir;
+    auto a = start_fake(dir, "fake-race");
+    std::vector<int> ports{unused_port(), unused_port(), unused_port()};
+    std::vector<process> procs;
+    for (int r = 0; r < 3; ++r) {
+      std::string name = "race-" + std::to_string(r);
+      std::string block = cluster_block(name, ports);
+      block.replace(block.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ports[r]));
+      auto cfg = dir.write(name + ".yaml", gateway_yaml({&a}, block));
+      procs.emplace_back(std::vector<std::string>{bin("scg"), "--config", cfg, "--port-file", dir.file(name + ".ports")},
+                         dir.file(name + ".log"));
+    }
+    std::vector<int> admin;
+    for (int r = 0; r < 3; ++r)
+      admin.push_back(wait_for_json_file(dir.file("race-" + std::to_string(r) + ".ports"), 10s).at("admin").get<int>());
+    auto meshed = [&] {
+      for (int port : admin) {
+        auto j = nlohmann::json::parse(http_get(port, "/api/v1/cluster").second, nullptr, false);
+        if (j.is_discarded()) return false;
+        int up = 0;
+        for (const auto& m : j["members"]) up += m["status"] == "up";
+        if (up != 2) return false;
+      }
+      return true;
+    };
+    CHECK(eventually(meshed, 10s));
+    for (auto& p : procs) CHECK_FALSE(p.wait(0ms));  // all still running
+  }
+}
+
+TEST_CASE("a second replica with the same node_name is refused and reported", "[integration][cluster]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-dup");
+  auto first = start_gateway(dir, gateway_yaml({&a}, cluster_block("twin", {})), "twin-0");
+  auto second = start_gateway(dir, gateway_yaml({&a}, cluster_block("twin", {first.cluster_port})), "twin-1");
+  auto reported = [&] { return metric_value(second.admin_port, "scg_cluster_duplicate_names_total") >= 1; };
+  CHECK(eventually(reported, 5s));
+  CHECK(eventually([&] { return metric_value(first.admin_port, "scg_cluster_duplicate_names_total") >= 1; }, 5s));
+  auto j = nlohmann::json::parse(http_get(first.admin_port, "/api/v1/cluster").second);
+  CHECK(j["members"].size() <= 1);  // itself at most: the twin is no member
 }

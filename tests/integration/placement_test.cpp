@@ -108,7 +108,7 @@ TEST_CASE("backends at 90 %, 10 % and 50 % utilization take new sessions in that
   CHECK(placed["fake-10"] == 0);
 }
 
-TEST_CASE("a killed backend gets no new sessions within 2 probe intervals; calls in flight end UNAVAILABLE "
+TEST_CASE("a killed backend gets no new sessions within 2 probe intervals - calls in flight end UNAVAILABLE "
           "and its sessions are rebound",
           "[integration][placement]") {
   temp_dir dir;

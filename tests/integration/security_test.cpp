@@ -203,7 +203,7 @@ TEST_CASE("static tokens: only known callers pass, as themselves, and the backen
   CHECK(log.find("backend-secret-1") == std::string::npos);
 }
 
-TEST_CASE("tenants from a header pick their own backend pools; unknown tenants are refused",
+TEST_CASE("tenants from a header pick their own backend pools - unknown tenants are refused",
           "[integration][security][tenants]") {
   temp_dir dir;
   auto a1 = start_fake(dir, "fake-a1");

@@ -147,7 +147,7 @@ TEST_CASE("expired and not-yet-valid tokens are refused, within the leeway accep
   CHECK(outcome(sign({{"exp", "tomorrow"}}), k, o) == "malformed token");
 }
 
-TEST_CASE("a wrong issuer or audience is refused; aud may be a list", "[auth][jwt]") {
+TEST_CASE("a wrong issuer or audience is refused - aud may be a list", "[auth][jwt]") {
   const key k = pem_key(test_key("EC"));
   const auto o = opts({algorithm::es256});
   auto sign = [&](json extra) {
@@ -210,7 +210,7 @@ TEST_CASE("a critical header scg does not understand is refused", "[auth][jwt]")
         "unsupported critical header");
 }
 
-TEST_CASE("keys load from PEM, certificates and JWKs; weak or odd keys are refused",
+TEST_CASE("keys load from PEM, certificates and JWKs - weak or odd keys are refused",
           "[auth][jwt]") {
   CHECK(pem_key(test_key("RSA")).type() == key::kind::rsa);
   CHECK(pem_key(test_key("EC")).type() == key::kind::ec_p256);

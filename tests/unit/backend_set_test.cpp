@@ -46,7 +46,7 @@ TEST_CASE("a resolve: all entry is one backend per address, with the address in 
   CHECK(w.unresolved.empty());
 }
 
-TEST_CASE("the first plan adds every backend; the same set again changes nothing", "[backend_set]") {
+TEST_CASE("the first plan adds every backend - the same set again changes nothing", "[backend_set]") {
   auto w = expand({entry("a", "a:1"), entry("b", "b:1")}, dns({}));
   auto first = plan_changes({}, w);
   REQUIRE(first.size() == 2);
@@ -88,7 +88,7 @@ TEST_CASE("a name whose address changed is removed and added anew", "[backend_se
   CHECK(plan_changes(running, expand({entry("a", "a-new:1")}, dns({}))).empty());
 }
 
-TEST_CASE("re-resolving follows the addresses; a name that does not resolve keeps its backends",
+TEST_CASE("re-resolving follows the addresses - a name that does not resolve keeps its backends",
           "[backend_set]") {
   const std::vector<scg::config::backend> entries{entry("pool", "spark.svc:15002", true)};
   auto running = running_from(expand(entries, dns({{"spark.svc", {"10.0.0.1", "10.0.0.2"}}})));
@@ -105,7 +105,7 @@ TEST_CASE("re-resolving follows the addresses; a name that does not resolve keep
   CHECK(plan_changes(running, outage).empty());
 }
 
-TEST_CASE("host:port and [ip6]:port split; anything else does not", "[backend_set]") {
+TEST_CASE("host:port and [ip6]:port split - anything else does not", "[backend_set]") {
   std::string host, port;
   CHECK(split_host_port("spark-0.spark:15002", host, port));
   CHECK(host == "spark-0.spark");

@@ -169,7 +169,7 @@ TEST_CASE("a bookmark moves only the resourceVersion", "[discovery]") {
   CHECK(state.slices() == before);
 }
 
-TEST_CASE("an ERROR event with code 410 asks for a new LIST; other errors and junk do not", "[discovery]") {
+TEST_CASE("an ERROR event with code 410 asks for a new LIST - other errors and junk do not", "[discovery]") {
   endpoint_slice_state state;
   REQUIRE(state.reset(slice_list({slice("a", {endpoint("10.0.0.1")})}, "100")));
   json gone = event("ERROR", {{"kind", "Status"}, {"status", "Failure"}, {"code", 410}, {"reason", "Expired"},

@@ -17,7 +17,7 @@ TEST_CASE("a log message becomes JSON members: the event, then its key=value pai
   CHECK(j["reason"] == R"(connect failed: "refused")");
 }
 
-TEST_CASE("words that are not key=value are kept under text; odd input never throws", "[log]") {
+TEST_CASE("words that are not key=value are kept under text - odd input never throws", "[log]") {
   auto j = as_object(message_members("stopped after a while code=0"));
   CHECK(j["event"] == "stopped");
   CHECK(j["text"] == "after a while");

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -71,7 +72,7 @@ TEST_CASE("a newer version replaces an entry and an equal or older one does not"
   CHECK_FALSE(t.merge(live("s/a", "b1", ver(200, "n1"))).applied);
   CHECK(t.find("s/a")->ver == ver(200, "n1"));
   CHECK(t.size() == 1);
-  CHECK(t.find("s/none") == nullptr);
+  CHECK_FALSE(t.find("s/none"));
 }
 
 TEST_CASE("merging the same entry again changes nothing", "[table]") {
@@ -160,7 +161,7 @@ TEST_CASE("a tombstone beats an older binding and expires after its ttl", "[tabl
 
   CHECK(t.expire_tombstones(5999) == 0);
   CHECK(t.expire_tombstones(6000) == 1);
-  CHECK(t.find("s/k") == nullptr);
+  CHECK_FALSE(t.find("s/k"));
   CHECK(t.size() == 0);
   CHECK(t.digest() == bucket_digest{});
 }
@@ -296,7 +297,7 @@ TEST_CASE("replicas converge whatever the order of delivery", "[table]") {
     // The newest write of each key is what everyone must end up with.
     replicated_table expected;
     for (const auto& e : sent) {
-      const entry* cur = expected.find(e.key);
+      const auto cur = expected.find(e.key);
       if (!cur || cur->ver < e.ver) expected.merge(e);
     }
 
@@ -323,4 +324,56 @@ TEST_CASE("replicas converge whatever the order of delivery", "[table]") {
     REQUIRE(dump(newcomer) == want);
     REQUIRE(newcomer.digest() == expected.digest());
   }
+}
+
+TEST_CASE("thousands of keys stay findable through growth and tombstone removal", "[table]") {
+  // The table's own hashing: every key lands in a bucket's probe run, and
+  // removing tombstones from the middle of runs must not hide later keys.
+  replicated_table t;
+  std::map<std::string, std::string> model;  // live key -> backend
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "s/" + std::to_string(rng() % 3000);
+    if (rng() % 4 == 0) {
+      t.erase(key, ver(10 + i, "n"), 5, 100);  // expires at 105
+      model.erase(key);
+    } else {
+      const std::string backend = "b" + std::to_string(rng() % 5);
+      t.put(key, backend, key.substr(2), ver(10 + i, "n"));
+      model[key] = backend;
+    }
+  }
+  CHECK(t.live_count() == model.size());
+  t.expire_tombstones(105);
+  CHECK(t.size() == model.size());
+  for (const auto& [key, backend] : model) {
+    const auto e = t.find(key);
+    REQUIRE(e);
+    CHECK(e->backend == backend);
+    CHECK(e->session == key.substr(2));
+  }
+  std::size_t seen = 0;
+  t.for_each([&](const entry_view& e) {
+    ++seen;
+    CHECK(model.at(std::string(e.key)) == e.backend);
+  });
+  CHECK(seen == model.size());
+  // Rebuilt from its buckets, a second table has the same digest.
+  replicated_table copy;
+  for (std::size_t b = 0; b < digest_buckets; ++b)
+    for (const auto& e : t.bucket_entries(b)) copy.merge(e);
+  CHECK(copy.digest() == t.digest());
+}
+
+TEST_CASE("a binding lives a whole ttl past its last use anywhere", "[table]") {
+  const std::int64_t ttl = 4000, written = 10000;
+  // Used here recently enough to tell the others: written again.
+  CHECK(binding_fate(written, written + 1001, written + 1500, ttl) == fate::touch);
+  // Used elsewhere just before a touch was due (written + ttl/4): a replica
+  // that never served it keeps it until ttl after that possible use.
+  CHECK(binding_fate(written, 0, written + 1000 + ttl, ttl) == fate::keep);
+  CHECK(binding_fate(written, 0, written + 1000 + ttl + 1, ttl) == fate::expire);
+  // Used here long ago: the local use does not shorten the grace.
+  CHECK(binding_fate(written, written + 500, written + ttl + 900, ttl) == fate::keep);
+  CHECK(binding_fate(written, written + 500, written + ttl + 1001, ttl) == fate::expire);
 }

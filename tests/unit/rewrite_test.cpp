@@ -167,7 +167,7 @@ TEST_CASE("the backend token is redacted from Config responses", "[auth][rewrite
   CHECK(parsed.server_side_session_id() == "srv");
 }
 
-TEST_CASE("Config responses without the token pass unchanged; malformed ones are flagged",
+TEST_CASE("Config responses without the token pass unchanged - malformed ones are flagged",
           "[auth][rewrite]") {
   spark::connect::ConfigResponse resp;
   resp.set_session_id("s");

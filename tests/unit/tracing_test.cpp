@@ -267,7 +267,7 @@ TEST_CASE("a collector that cannot be reached counts failed spans, logs, and nev
   CHECK(std::chrono::steady_clock::now() - t1 < 500ms);
 }
 
-TEST_CASE("a collector that answers 5xx counts failures; when it recovers, spans are exported again",
+TEST_CASE("a collector that answers 5xx counts failures - when it recovers, spans are exported again",
           "[tracing]") {
   collector c;
   c.set_status(503);

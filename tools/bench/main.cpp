@@ -3,7 +3,7 @@
 //   scg-bench unary    --target HOST:PORT --concurrency N --duration-secs S
 //                      [--warmup-secs W] [--threads T]
 //   scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]
-//   scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T]
+//   scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]
 //   scg-bench frame-config --out FILE [--session-id ID]
 //   scg-bench report   --raw FILE [--json FILE] [--markdown FILE]
 //
@@ -53,7 +53,7 @@ constexpr const char* usage =
     "usage: scg-bench unary    --target HOST:PORT --concurrency N --duration-secs S\n"
     "                          [--warmup-secs W] [--threads T]\n"
     "       scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]\n"
-    "       scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T]\n"
+    "       scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]\n"
     "       scg-bench frame-config --out FILE [--session-id ID]\n"
     "       scg-bench report   --raw FILE [--json FILE] [--markdown FILE]\n";
 
@@ -193,6 +193,7 @@ struct load_plan {
   clock_type::time_point window_end;    ///< ...until here; no call starts after it
   int64_t call_limit = -1;              ///< >= 0: no more calls than this in all
   bool session_per_call = false;        ///< else one session per slot
+  double rate = 0;                      ///< > 0: call n starts no earlier than n / rate s in
   uint64_t nonce = 0;
 };
 
@@ -241,6 +242,9 @@ void run_worker(const load_plan& plan, int worker, sc::SparkConnectService::Stub
     if (plan.call_limit >= 0) {
       const int64_t n = issued.fetch_add(1, std::memory_order_relaxed);
       if (n >= plan.call_limit) return false;
+      if (plan.rate > 0)  // paced: wait for this call's turn (completions queue meanwhile)
+        std::this_thread::sleep_until(plan.window_start + std::chrono::duration_cast<clock_type::duration>(
+                                                              std::chrono::duration<double>(double(n) / plan.rate)));
       if (plan.session_per_call) slot.request.set_session_id(session_uuid(plan.nonce, static_cast<uint64_t>(n)));
     }
     slot.ctx = std::make_unique<grpc::ClientContext>();
@@ -376,6 +380,7 @@ int run_sessions(cli_args& args) {
   plan.call_limit = args.number("count", std::nullopt, 1);
   plan.concurrency = static_cast<int>(args.number("concurrency", std::nullopt, 1));
   plan.threads = static_cast<int>(args.number("threads", default_threads(plan.concurrency), 1));
+  plan.rate = static_cast<double>(args.number("rate", 0, 0));
   if (!args.finish()) return 2;
   plan.concurrency = static_cast<int>(std::min<int64_t>(plan.concurrency, plan.call_limit));
   plan.threads = std::min(plan.threads, plan.concurrency);
@@ -388,6 +393,7 @@ int run_sessions(cli_args& args) {
   json line = {{"sessions", out.total.ok},
                {"errors", out.total.errors},
                {"seconds", round_to(out.wall_seconds, 3)},
+               {"rate", plan.rate},
                {"client_cpu_s", round_to(cpu_seconds_of_this_process() - cpu_before, 3)},
                {"process_cpu_s", round_to(cpu_seconds_of_this_process(), 3)}};
   std::printf("%s\n", line.dump().c_str());
@@ -697,10 +703,54 @@ figures figures_for(bool unary) {
   return f;
 }
 
+/// Cumulative Prometheus buckets, [le, count] pairs as scraped; +Inf last.
+using buckets = std::vector<std::pair<double, double>>;
+
+buckets parse_buckets(const json& pairs) {
+  buckets out;
+  for (const auto& p : pairs) {
+    const auto le = p.at(0).get<std::string>();
+    out.emplace_back(le == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(le), p.at(1).get<double>());
+  }
+  return out;
+}
+
+/// The buckets of `after` minus `before`, added up over replicas: what was
+/// observed in between, everywhere.
+buckets bucket_delta(const json& before, const json& after) {
+  buckets sum;
+  for (size_t r = 0; r < after.size(); ++r) {
+    auto a = parse_buckets(after[r]);
+    auto b = r < before.size() ? parse_buckets(before[r]) : buckets{};
+    if (sum.empty()) sum.assign(a.size(), {0, 0});
+    for (size_t i = 0; i < a.size() && i < sum.size(); ++i)
+      sum[i] = {a[i].first, sum[i].second + a[i].second - (i < b.size() ? b[i].second : 0)};
+  }
+  return sum;
+}
+
+/// The q-quantile of cumulative buckets, interpolated linearly inside its
+/// bucket as Prometheus's histogram_quantile does; the highest finite bound
+/// when it falls above it; NaN when empty.
+double bucket_quantile(const buckets& b, double q) {
+  if (b.empty() || b.back().second <= 0) return not_measured;
+  const double rank = q * b.back().second;
+  double lower = 0, below = 0;
+  for (const auto& [le, count] : b) {
+    if (count >= rank) {
+      if (!std::isfinite(le)) return lower;
+      return count > below ? lower + (le - lower) * (rank - below) / (count - below) : le;
+    }
+    lower = std::isfinite(le) ? le : lower;
+    below = count;
+  }
+  return lower;
+}
+
 /// What the report collects from the raw file.
 struct raw_records {
   json meta = json::object(), idle = json::object(), sessions = json::object(), replication = json::object(),
-       soak = json::object();
+       replication_delay = json::object(), sync = json::object(), soak = json::object();
   std::map<std::string, json> memory;  ///< by path
   std::vector<json> soak_samples;
   std::vector<case_runs> cases;
@@ -726,6 +776,8 @@ std::optional<raw_records> read_raw(const std::string& raw_path) {
     else if (kind == "idle") out.idle = record;
     else if (kind == "sessions") out.sessions = record;
     else if (kind == "replication") out.replication = record;
+    else if (kind == "replication_delay") out.replication_delay = record;
+    else if (kind == "sync") out.sync = record;
     else if (kind == "soak") out.soak = record;
     else if (kind == "soak_sample") out.soak_samples.push_back(record);
     else if (kind == "memory" && record.contains("path")) out.memory[record.value("path", "")] = record;
@@ -742,7 +794,8 @@ std::optional<raw_records> read_raw(const std::string& raw_path) {
     }
     out.meta.erase("kind");
   }
-  for (auto* j : {&out.idle, &out.sessions, &out.replication, &out.soak}) j->erase("kind");
+  for (auto* j : {&out.idle, &out.sessions, &out.replication, &out.replication_delay, &out.sync, &out.soak})
+    j->erase("kind");
   return out;
 }
 
@@ -1021,6 +1074,38 @@ int run_report(cli_args& args) {
                                  fixed(num(r, "open_s"), 2) + " s, lag after the last " +
                                  fixed(std::max(0.0, visible - num(r, "open_s")), 2) + " s)"});
   }
+  std::optional<double> delay_p99_ms, sync_s, bytes_per_entry;
+  if (!raw.replication_delay.empty()) {
+    const auto& d = raw.replication_delay;
+    const auto delta = bucket_delta(d.value("before", json::array()), d.value("after", json::array()));
+    const double p50 = bucket_quantile(delta, 0.5) * 1000, p99 = bucket_quantile(delta, 0.99) * 1000;
+    const double observed = delta.empty() ? 0 : delta.back().second;
+    if (std::isfinite(p99)) delay_p99_ms = p99;
+    report["replication_delay"] = {{"rate", num(d, "rate")},         {"sessions", num(d, "sessions")},
+                                   {"errors", num(d, "errors")},     {"observed", observed},
+                                   {"p50_ms", round_to(p50, 2)},     {"p99_ms", round_to(p99, 2)}};
+    resource_rows.push_back({"binding visible at the other replicas, p50 / p99",
+                             fixed(p50, 1) + " / " + fixed(p99, 1) + " ms (" + fixed(num(d, "rate"), 0) +
+                                 " new sessions/s, " + fixed(observed, 0) + " arrivals over " +
+                                 fixed(num(d, "replicas"), 0) + " replicas)"});
+  }
+  if (!raw.sync.empty()) {
+    const auto& y = raw.sync;
+    const double entries = num(y, "entries"), rss = num(y, "rss_kib"), empty = num(y, "empty_rss_kib");
+    if (y.contains("ready_s") && y["ready_s"].is_number()) sync_s = num(y, "ready_s");
+    if (entries > 0) bytes_per_entry = (rss - empty) * 1024 / entries;
+    report["sync"] = y;
+    report["sync"]["rss_bytes_per_entry"] = round_to(bytes_per_entry.value_or(0), 1);
+    resource_rows.push_back({"full sync to a joining replica: entries, time to ready",
+                             fixed(entries, 0) + " in " + (sync_s ? fixed(*sync_s, 2) + " s" : std::string("never"))});
+    resource_rows.push_back({"bytes received until ready (from all peers by the end)",
+                             fixed(num(y, "bytes_until_ready") / 1048576, 1) + " MiB (" +
+                                 fixed(num(y, "bytes_all_peers") / 1048576, 1) + " MiB), " +
+                                 fixed(entries > 0 ? num(y, "bytes_until_ready") / entries : 0, 0) + " bytes per entry"});
+    resource_rows.push_back({"joined replica's RSS over an empty one, per entry",
+                             fixed(rss / 1024, 1) + " − " + fixed(empty / 1024, 1) + " MiB = " +
+                                 fixed(bytes_per_entry.value_or(0), 0) + " bytes"});
+  }
   if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
   if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
 
@@ -1050,6 +1135,9 @@ int run_report(cli_args& args) {
   aim("stream via scg / direct", stream_ratio, 0.65, true, "×", 2);
   aim("scg peak RSS under load", rss_mib, 64, false, " MiB", 1);
   aim("RSS per idle session", kib_per_session, 2, false, " KiB", 2);
+  aim("binding visible at other replicas, p99", delay_p99_ms, 10, false, " ms", 1);
+  aim("full sync of the entries", sync_s, 2, false, " s", 2);
+  aim("memory per replicated entry", bytes_per_entry, 300, false, " B", 0);
   if (!aim_rows.empty()) tables.push_back({{"aim", "measured", "target", "verdict", "margin"}, aim_rows});
 
   // Last, the one table to read: medians of every path and the ratios.
