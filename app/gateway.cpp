@@ -15,6 +15,7 @@
 
 #include "actors/backend_set.hpp"
 #include "actors/router.hpp"
+#include "core/allocator.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rate_limit.hpp"
 #include "discovery/k8s_discovery.hpp"
@@ -164,6 +165,7 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   auto next_refresh = std::chrono::steady_clock::now();
   for (;;) {
+    if (auto release = core::allocator().release_freed) release();
     auth.tick();
     keeper.take_discovered(router);
     if (auto every = keeper.refresh_secs()) {

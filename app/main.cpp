@@ -20,10 +20,36 @@
 // the peak at 70-84 MiB, 250 ms at 58-65 MiB), and by the threads that
 // allocate rather than by a background thread, which fell behind on a busy
 // machine (peak 50-53 MiB without it). The price: after a burst, an idle
-// scg keeps those pages until it allocates again.
+// scg keeps those pages until it allocates again: the gateway's 1 s loop
+// therefore asks for the decay (core::allocator().release_freed).
 extern "C" {
 const char* malloc_conf = "narenas:1,dirty_decay_ms:250,muzzy_decay_ms:0,background_thread:false";
 }
+
+#ifdef SCG_JEMALLOC
+#include <jemalloc/jemalloc.h>
+
+#include "core/allocator.hpp"
+
+namespace {
+
+std::uint64_t jemalloc_allocated() {
+  std::uint64_t epoch = 1;  // statistics are cached until the epoch advances
+  std::size_t size = sizeof epoch;
+  mallctl("epoch", &epoch, &size, &epoch, size);
+  std::size_t allocated = 0;
+  size = sizeof allocated;
+  return mallctl("stats.allocated", &allocated, &size, nullptr, 0) == 0 ? allocated : 0;
+}
+
+void jemalloc_release_freed() {
+  // "arena.<MALLCTL_ARENAS_ALL>.decay": purge what the decay curve allows, in every arena.
+  static_assert(MALLCTL_ARENAS_ALL == 4096, "the name below spells it");
+  mallctl("arena.4096.decay", nullptr, nullptr, nullptr, 0);
+}
+
+}  // namespace
+#endif
 
 namespace {
 
@@ -85,6 +111,9 @@ int main(int argc, char** argv) {
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+#ifdef SCG_JEMALLOC
+  scg::core::allocator() = {jemalloc_allocated, jemalloc_release_freed};
+#endif
   scg::app::setup_logging(cfg.logging.level, cfg.logging.format);
   return scg::app::run_gateway(cfg, config_path, port_file);
 }

@@ -37,7 +37,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
-constexpr std::size_t sync_chunk = 2048;    // entries per repair message
+constexpr std::size_t sync_chunk = 2048;    // entries per repair message, about
+constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
@@ -114,6 +115,7 @@ struct cluster_state {
   std::map<std::string, dial_target> targets;  // by "ip:port"
   std::set<std::string> self_addresses;        // addresses that turned out to be us
   std::set<std::string> duplicate_warned;      // addresses of other replicas using our name
+  std::set<caf::actor_addr> repairing;         // peers a repair is being sent to
   std::vector<entry> outbox;
   bool flush_scheduled = false;
   std::uint64_t dial_rounds = 0;
@@ -214,28 +216,28 @@ bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
   return d;
 }
 
-std::vector<entry> entries_of(const replicated_table& t, const std::vector<std::size_t>& buckets) {
-  std::vector<entry> out;
-  for (auto b : buckets) {
-    auto part = t.bucket_entries(b);
-    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+/// Sends `peer` this replica's entries of `buckets` from `next` on: whole
+/// buckets, about sync_chunk entries per message, each message only once the
+/// peer acknowledged the one before. A full sync of a large table thus holds a
+/// message's worth of buffer on either side (CAF keeps a connection's buffer
+/// at the largest size it ever had), and deltas do not queue behind megabytes
+/// of repair. `sync_reply` (the peer may report ready) rides on the last one.
+void send_repair(self_ptr self, const caf::actor& peer, std::vector<std::size_t> buckets, std::size_t next,
+                 bool sync_reply) {
+  std::vector<entry> part;
+  while (next < buckets.size() && part.size() < sync_chunk) {
+    auto more = self->state.table.bucket_entries(buckets[next++]);
+    part.insert(part.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
-  return out;
-}
-
-/// Sends a repair to `peer` in messages of at most sync_chunk entries, so a
-/// full sync of a large table neither holds one huge buffer on either side nor
-/// delays the deltas queued behind it for long. `sync_reply` (readiness) rides
-/// on the last message: a link delivers in order, so it arrives after the rest.
-void send_entries(self_ptr self, const caf::actor& peer, std::vector<entry> all, bool sync_reply) {
-  std::size_t first = 0;
-  do {  // at least once: an empty reply still carries sync_reply
-    const std::size_t last = std::min(all.size(), first + sync_chunk);
-    std::vector<entry> part(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(first)),
-                            std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(last)));
-    self->send(peer, entries_atom::value, std::move(part), sync_reply && last == all.size());
-    first = last;
-  } while (first < all.size());
+  const bool last = next == buckets.size();
+  auto done = [self, peer] { self->state.repairing.erase(peer.address()); };
+  self->request(peer, repair_timeout, entries_atom::value, std::move(part), sync_reply && last)
+      .then(
+          [=](ack_atom) {
+            if (last) return done();
+            send_repair(self, peer, buckets, next, sync_reply);
+          },
+          [=](const caf::error&) { done(); });  // the peer went away: the next round repairs
 }
 
 /// Versions and applies a local write, and queues it for the peers.
@@ -439,22 +441,16 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) {
         auto& st = self->state;
-        auto diff = differing_buckets(st.table.digest(), to_digest(theirs));
+        // Replicas send each other their digests (on connecting and every
+        // round), so each pushes what differs and each side is repaired.
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        send_entries(self, sender, entries_of(st.table, diff), true);
-        if (!diff.empty()) {
-          std::vector<std::uint64_t> wanted(diff.begin(), diff.end());
-          self->send(sender, pull_atom::value, std::move(wanted));
-        }
-      },
-      [=](pull_atom, const std::vector<std::uint64_t>& buckets) {
-        std::vector<std::size_t> b(buckets.begin(), buckets.end());
-        send_entries(self, caf::actor_cast<caf::actor>(self->current_sender()), entries_of(self->state.table, b),
-                     false);
+        if (!st.repairing.insert(sender.address()).second) return;  // one repair per peer at a time
+        send_repair(self, sender, differing_buckets(st.table.digest(), to_digest(theirs)), 0, true);
       },
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) {
         merge_batch(self, batch, false);
         if (sync_reply) mark_ready(self, "synced with a peer");
+        return ack_atom::value;
       },
       [=](delta_atom, const std::vector<entry>& batch) { merge_batch(self, batch, true); },
 

@@ -14,8 +14,8 @@ namespace scg::cluster {
 // cluster actor ↔ cluster actor (remote)
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // (name, address, router, peers)
 using digest_atom = caf::atom_constant<caf::atom("digest")>;    // (vector<uint64>): my digest
-using pull_atom = caf::atom_constant<caf::atom("pull")>;        // (vector<uint64>): send these buckets
-using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply): repairs
+using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply) -> ack: repairs
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using delta_atom = caf::atom_constant<caf::atom("delta")>;      // (vector<entry>): local writes, pushed at once
 
 // router → cluster actor (local)

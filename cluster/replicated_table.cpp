@@ -37,11 +37,11 @@ void replicated_table::account(std::size_t bucket, const entry& e, bool adding) 
   }
 }
 
-/// An entry in one allocation: these fields, then the bytes of the key, the
-/// session and the backend (or other value: load and health readings vary).
+/// An entry in one allocation: these 32 bytes, then the bytes of the key, the
+/// session and the backend (or other value: load and health readings vary),
+/// and for a tombstone its expiry. A session binding fits jemalloc's 96-byte class.
 struct replicated_table::record {
   std::uint64_t wall_ms;
-  std::uint64_t tombstone_expires_ms;
   std::uint32_t logical;
   std::uint32_t node;  // in names_: the few replicas there are
   std::uint32_t key_size;
@@ -53,7 +53,13 @@ struct replicated_table::record {
   std::string_view key() const { return {bytes(), key_size}; }
   std::string_view session() const { return {bytes() + key_size, session_size}; }
   std::string_view backend() const { return {bytes() + key_size + session_size, backend_size}; }
+  std::uint64_t tombstone_expires_ms() const {
+    std::uint64_t v = 0;
+    if (deleted) std::memcpy(&v, bytes() + key_size + session_size + backend_size, sizeof v);
+    return v;
+  }
 };
+static_assert(sizeof(replicated_table::record) == 32);
 
 void replicated_table::record_free::operator()(record* r) const noexcept { ::operator delete(r); }
 
@@ -74,9 +80,10 @@ std::uint32_t replicated_table::name_id(std::string_view name) {
 }
 
 replicated_table::record_ptr replicated_table::pack(const entry& e) {
-  void* block = ::operator new(sizeof(record) + e.key.size() + e.session.size() + e.backend.size());
-  record_ptr r(new (block) record{e.ver.time.wall_ms, e.tombstone_expires_ms, e.ver.time.logical,
-                                  name_id(e.ver.node), static_cast<std::uint32_t>(e.key.size()),
+  const std::size_t expiry = e.deleted ? sizeof e.tombstone_expires_ms : 0;
+  void* block = ::operator new(sizeof(record) + e.key.size() + e.session.size() + e.backend.size() + expiry);
+  record_ptr r(new (block) record{e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node),
+                                  static_cast<std::uint32_t>(e.key.size()),
                                   static_cast<std::uint32_t>(e.session.size()),
                                   static_cast<std::uint32_t>(e.backend.size()), e.deleted});
   char* bytes = reinterpret_cast<char*>(r.get() + 1);
@@ -84,12 +91,13 @@ replicated_table::record_ptr replicated_table::pack(const entry& e) {
     std::memcpy(bytes, part->data(), part->size());
     bytes += part->size();
   }
+  std::memcpy(bytes, &e.tombstone_expires_ms, expiry);
   return r;
 }
 
 entry_view replicated_table::view(const record& r) const {
   return {r.key(), r.backend(), r.session(), names_[r.node], {r.wall_ms, r.logical}, r.deleted,
-          r.tombstone_expires_ms};
+          r.tombstone_expires_ms()};
 }
 
 std::size_t replicated_table::probe(const shard& s, std::string_view key) {
@@ -196,7 +204,7 @@ std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
     auto& s = shards_[b];
     std::vector<std::string> gone;  // collected first: removal moves entries about
     for (const auto& r : s.slots)
-      if (r && r->deleted && r->tombstone_expires_ms <= now_wall_ms) gone.emplace_back(r->key());
+      if (r && r->deleted && r->tombstone_expires_ms() <= now_wall_ms) gone.emplace_back(r->key());
     for (const auto& key : gone) {
       const auto i = probe(s, key);
       account(b, view(*s.slots[i]).to_entry(), false);

@@ -121,8 +121,10 @@ class replicated_table {
   /// version and deleted flag (a version names one write, so the rest follows).
   static std::uint64_t entry_hash(const entry& e);
 
+ public:
+  struct record;  // opaque outside the .cpp
+
  private:
-  struct record;
   struct record_free {
     void operator()(record* r) const noexcept;
   };

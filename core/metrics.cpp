@@ -1,5 +1,7 @@
 #include "core/metrics.hpp"
 
+#include "core/allocator.hpp"
+
 namespace scg::core {
 
 namespace {
@@ -55,6 +57,11 @@ void metrics::render(std::string& out) const {
     durations[r].render(out, "forward_rpc_duration_seconds",
                         "rpc=\"" + std::string(net::rpc_name(static_cast<net::rpc>(r))) + "\"", duration_bounds_us,
                         true);  // a method never called adds no series
+  if (auto allocated = allocator().allocated_bytes) {
+    header(out, "process_heap_allocated_bytes", "Bytes scg holds allocated now (the allocator's count; RSS adds its free pages)",
+           "gauge");
+    out += "scg_process_heap_allocated_bytes " + std::to_string(allocated()) + "\n";
+  }
   header(out, "cluster_replication_delay_seconds",
          "Time from a write at its replica to its arrival here, for entries pushed as deltas", "histogram");
   replication_delay.render(out, "cluster_replication_delay_seconds", "", replication_bounds_us, false);

@@ -607,6 +607,13 @@ idle_sessions() {
 
 admin_get() { curl -s --max-time 2 "http://127.0.0.1:$1$2" || true; }
 
+# The replica's live heap (scg_process_heap_allocated_bytes); null without jemalloc.
+heap_bytes() {
+  local v
+  v=$(admin_get "$1" /metrics | sed -n 's/^scg_process_heap_allocated_bytes \([0-9]*\).*/\1/p')
+  echo "${v:-null}"
+}
+
 # Sessions in replica's replicated table (scg_sessions_active on /metrics); empty if unreadable.
 replica_sessions() { admin_get "$1" /metrics | sed -n 's/^scg_sessions_active \([0-9]*\).*/\1/p'; }
 
@@ -681,7 +688,7 @@ wait_sessions() {
 #     bytes it received from peers until then, and its RSS over the RSS replica 2
 #     had when it had just joined the empty cluster.
 cluster_bench() {
-  local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss
+  local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss empty_heap
   for ((r = 1; r <= REPLICAS; r++)); do
     start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [${seed}]" "  sync_wait_secs: 3"
@@ -697,7 +704,7 @@ cluster_bench() {
   fi
   wait_routes "$grpc1" "${pids[0]}" "$WORK/replica-1.log" "replica 1"
   sleep 1
-  empty_rss=$(status_kib VmRSS "${pids[1]}")
+  empty_rss=$(status_kib VmRSS "${pids[1]}") empty_heap=$(heap_bytes "${admins[1]}")
 
   # 1. Visibility delay at a steady rate.
 
@@ -753,8 +760,9 @@ cluster_bench() {
   sleep 3 # every peer's sync reply has arrived and been freed
   total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
   rss=$(status_kib VmRSS "$joiner")
-  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d}\n' \
-    "$n" "$(replica_sessions "$STARTED_ADMIN_PORT")" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" >>"$RAW"
+  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s}\n' \
+    "$n" "$(replica_sessions "$STARTED_ADMIN_PORT")" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" \
+    "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" >>"$RAW"
   log "full sync of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
   stop_pid "$joiner"
   for ((r = ${#pids[@]} - 1; r >= 0; r--)); do stop_pid "${pids[r]}"; done

@@ -1105,6 +1105,13 @@ int run_report(cli_args& args) {
     resource_rows.push_back({"joined replica's RSS over an empty one, per entry",
                              fixed(rss / 1024, 1) + " − " + fixed(empty / 1024, 1) + " MiB = " +
                                  fixed(bytes_per_entry.value_or(0), 0) + " bytes"});
+    if (y.contains("heap_bytes") && y["heap_bytes"].is_number() && entries > 0) {
+      const double heap = num(y, "heap_bytes"), empty_heap = num(y, "empty_heap_bytes");
+      report["sync"]["heap_bytes_per_entry"] = round_to((heap - empty_heap) / entries, 1);
+      resource_rows.push_back({"joined replica's live heap over an empty one, per entry",
+                               fixed(heap / 1048576, 1) + " − " + fixed(empty_heap / 1048576, 1) + " MiB = " +
+                                   fixed((heap - empty_heap) / entries, 0) + " bytes"});
+    }
   }
   if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
   if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
