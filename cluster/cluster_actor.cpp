@@ -326,6 +326,29 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
   }
 }
 
+/// Drops members down for cluster.forget_after_secs (a scaled-down pod), with
+/// their addresses: the dial list keeps what the seed names resolve to, so a
+/// member that comes back is found again.
+void forget_departed(self_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.forget_after_secs <= 0) return;
+  const auto now = wall_ms();
+  bool changed = false;
+  for (auto it = st.members.begin(); it != st.members.end();) {
+    const auto& m = it->second;
+    if (m.up || now - m.last_seen_ms < std::int64_t{st.cfg.forget_after_secs} * 1000) {
+      ++it;
+      continue;
+    }
+    log().info("member_forgotten node={} address={} down_secs={}", it->first, m.address,
+               (now - m.last_seen_ms) / 1000);
+    st.targets.erase(m.address);
+    it = st.members.erase(it);
+    changed = true;
+  }
+  if (changed) publish_members(self);
+}
+
 void greet(self_ptr self, const caf::actor& peer) {
   auto& st = self->state;
   std::vector<std::string> known;
@@ -507,6 +530,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       },
       [=](ae_atom) {
         auto& st = self->state;
+        forget_departed(self);
         auto digest = digest_of(st.table);
         for (const auto& [name, m] : st.members)
           if (m.up) self->send(m.cluster, digest_atom::value, digest);

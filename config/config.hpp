@@ -116,6 +116,7 @@ struct cluster {
   int heartbeat_interval_ms = 250;        ///< link heartbeats (CAF has them off by default)
   int connection_timeout_ms = 1000;       ///< a peer silent this long is down
   int sync_wait_secs = 5;  ///< not ready before a full sync, or this long with no peer reachable
+  int forget_after_secs = 600;  ///< a member down this long is dropped (0: never); seeds are still dialed
   std::optional<cluster_tls> tls;  ///< absent: plain TCP (keep the port on a private network)
 };
 

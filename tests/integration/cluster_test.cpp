@@ -516,3 +516,22 @@ TEST_CASE("a second replica with the same node_name is refused and reported", "[
   auto j = nlohmann::json::parse(http_get(first.admin_port, "/api/v1/cluster").second);
   CHECK(j["members"].size() <= 1);  // itself at most: the twin is no member
 }
+
+TEST_CASE("a member down for forget_after_secs is dropped from the cluster view", "[integration][cluster]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-forget");
+  auto r0 = start_gateway(dir, gateway_yaml({&a}, cluster_block("fg-0", {}) + "  forget_after_secs: 2\n"), "fg-0");
+  auto r1 = start_gateway(dir, gateway_yaml({&a}, cluster_block("fg-1", {r0.cluster_port})), "fg-1");
+  auto status_of_fg1 = [&] {
+    auto j = nlohmann::json::parse(http_get(r0.admin_port, "/api/v1/cluster").second);
+    for (const auto& m : j["members"])
+      if (m["name"] == "fg-1") return m["status"].get<std::string>();
+    return std::string("absent");
+  };
+  REQUIRE(eventually([&] { return status_of_fg1() == "up"; }, 5s));
+  r1.proc.signal(SIGKILL);
+  CHECK(eventually([&] { return status_of_fg1() == "down"; }, 3s));
+  // Dropped within forget_after_secs plus an anti-entropy round (2 s).
+  CHECK(eventually([&] { return status_of_fg1() == "absent"; }, 6s));
+  CHECK(http_get(r0.admin_port, "/metrics").second.find("member=\"fg-1\"") == std::string::npos);
+}
