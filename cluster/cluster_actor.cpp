@@ -69,12 +69,10 @@ bool valid_address(const std::string& addr) {
   return port >= 1 && port <= 65535;
 }
 
-/// Every IPv4 address `host` resolves to (a headless Service names every pod).
-std::vector<std::string> resolve(const std::string& host) {
-  auto out = actors::resolve_host(host);
-  out.erase(std::remove_if(out.begin(), out.end(), [](const std::string& ip) { return ip.find(':') != std::string::npos; }),
-            out.end());
-  return out;
+/// "host:port", with an IPv6 host in brackets (what split() reads back).
+std::string join(const std::string& host, std::uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 struct member {
@@ -400,6 +398,11 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
   st.view = std::move(view);
   st.on_ready = std::move(on_ready);
 
+  // A peer of another version may answer a message it does not know with an
+  // error: logged, never the end of this actor (CAF's default would be).
+  self->set_error_handler([=](caf::error& err) {
+    log().warn("peer_error reason=\"{}\"", self->system().render(err));
+  });
   self->set_down_handler([=](const caf::down_msg& msg) {
     for (auto& [name, m] : self->state.members) {
       if (m.cluster.address() != msg.source || !m.up) continue;
@@ -444,6 +447,15 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           return;
         }
         auto& m = st.members[name];
+        if (m.up && m.cluster && m.cluster != sender && m.cluster.node() != sender.node()) {
+          // Another process claims the name of a live member: keep the member.
+          if (st.duplicate_warned.insert(address).second) {
+            core::bump(core::global_metrics().cluster_duplicate_names_total);
+            log().error("duplicate_node_name node={} address={} member_address={} reason=\"two replicas use this "
+                        "node_name; the one seen first stays the member\"", name, address, m.address);
+          }
+          return;
+        }
         const bool was_up = m.up && m.cluster == sender;
         if (!was_up) {
           if (m.cluster && m.cluster != sender) self->demonitor(m.cluster);
@@ -513,7 +525,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
                 std::vector<std::string> addrs;
                 for (const auto& seed : seeds) {
                   auto [host, port] = split(seed);
-                  for (const auto& ip : resolve(host)) addrs.push_back(ip + ":" + std::to_string(port));
+                  for (const auto& ip : actors::resolve_host(host)) addrs.push_back(join(ip, port));
                 }
                 resolver->send(cluster, resolved_atom::value, std::move(addrs));
               },
@@ -558,7 +570,11 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           mark_ready(self, "no seeds: first replica");
         else
           self->delayed_send(self, std::chrono::seconds(st.cfg.sync_wait_secs), ready_atom::value);
-        self->set_default_handler(caf::print_and_drop);
+        self->set_default_handler([](caf::scheduled_actor* me, caf::message_view& x) {
+          log().warn("unexpected_message content=\"{}\" reason=\"a peer of another scg version?\"",
+                     caf::to_string(x.content()));
+          return caf::drop(me, x);
+        });
         self->become(running);
       },
   };
@@ -584,8 +600,9 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
                     std::function<void()> on_ready) {
   auto [host, port] = split(c.bind_addr);
   // The address peers dial: the bind host, or this host's name for a wildcard.
+  const bool wildcard = host == "0.0.0.0" || host == "::" || host.empty();
   std::string advertised = host;
-  if (host == "0.0.0.0" || host.empty()) {
+  if (wildcard) {
     char buf[256] = {};
     gethostname(buf, sizeof buf - 1);
     advertised = buf;
@@ -594,7 +611,7 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
   // detached actor's thread would wait at exit for every reference to it.
   auto actor = sys.spawn(cluster_actor, c, ttl, table, backends, router, view,
                                         std::move(on_ready));
-  const char* in = host == "0.0.0.0" ? nullptr : host.c_str();
+  const char* in = wildcard ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
                      : sys.middleman().publish(actor, port, in, true);
   if (!bound) {
@@ -603,7 +620,7 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     return 0;
   }
-  caf::anon_send(actor, address_atom::value, advertised + ":" + std::to_string(*bound));
+  caf::anon_send(actor, address_atom::value, join(advertised, *bound));
   sys.registry().put(registry_key, actor);
   return *bound;
 }

@@ -275,7 +275,7 @@ std::string metrics_text(const admin_view& view) {
     gauge("cluster_member_up", "1 while the peer replica is connected, 0 when it is down", "gauge");
     for (const auto& m : members)
       if (m.status != "self") out += "scg_cluster_member_up{member=\"" + label(m.name) + "\"} " + (m.status == "up" ? "1" : "0") + "\n";
-    gauge("cluster_replication_lag_seconds", "Age of the newest entry from the peer when it arrived here", "gauge");
+    gauge("cluster_replication_lag_seconds", "Age of the oldest entry in the last batch from the peer when it arrived here", "gauge");
     for (const auto& m : members)
       if (m.status != "self")
         out += "scg_cluster_replication_lag_seconds{member=\"" + label(m.name) + "\"} " +

@@ -777,7 +777,7 @@ write_meta() {
     log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $end_binary); later phases may have run the new one"
   build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
   allocator=glibc
-  ldd "$BUILD/scg" 2>/dev/null | grep -q jemalloc && allocator=jemalloc
+  [[ $(ldd "$BUILD/scg" 2>/dev/null) == *jemalloc* ]] && allocator=jemalloc
   cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
   printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s"}\n' \
     "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((${BENCH_QUICK:-0} == 1))" "$REV" "$build_type" "$allocator" "$SCG_BINARY" "$end_binary" \
@@ -791,6 +791,10 @@ write_meta() {
 # scg's RSS sampled every 10 s: does it grow?
 soak() {
   local t0 unary_pid sampler_pid streams=0 failures=0 i stream_bytes=$((STREAM_BYTES < (256 << 20) ? STREAM_BYTES : 256 << 20))
+  # Steady means a fixed set of sessions: the unary load keeps its 32, and the
+  # streams run one after another in one session, each released when complete.
+  local session
+  session=$(cat /proc/sys/kernel/random/uuid)
   start_fake
   start_gateway scg
   log "soak for ${SOAK_SECS}s through scg (pid $SCG_PID): unary c=32 and $((stream_bytes >> 20)) MiB streams"
@@ -813,7 +817,7 @@ soak() {
   for ((i = 0; i < 100000; i++)); do
     kill -0 "$unary_pid" 2>/dev/null || break
     if run_bounded 660 "$WORK/soak-stream.json" "$BUILD/scg-bench" stream --target "127.0.0.1:$SCG_PORT" \
-      --bytes "$stream_bytes" --message-bytes "$MESSAGE_BYTES"; then
+      --bytes "$stream_bytes" --message-bytes "$MESSAGE_BYTES" --session-id "$session"; then
       streams=$((streams + 1))
     else
       failures=$((failures + 1))

@@ -535,3 +535,35 @@ TEST_CASE("a member down for forget_after_secs is dropped from the cluster view"
   CHECK(eventually([&] { return status_of_fg1() == "absent"; }, 6s));
   CHECK(http_get(r0.admin_port, "/metrics").second.find("member=\"fg-1\"") == std::string::npos);
 }
+
+TEST_CASE("replicas on IPv6 loopback find each other through an IPv6 seed (::1)", "[integration][cluster]") {
+  int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_loopback;
+  const bool v6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+  if (probe >= 0) ::close(probe);
+  if (!v6) {
+    WARN("skipped: no IPv6 loopback (::1) on this machine");
+    return;
+  }
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-v6");
+  auto block = [](const std::string& node, const std::string& seeds) {
+    return "cluster:\n  node_name: " + node + "\n  bind_addr: \"[::1]:0\"\n  seeds: [" + seeds +
+           "]\n  sync_wait_secs: 3\n";
+  };
+  auto r0 = start_gateway(dir, gateway_yaml({&a}, block("v6-0", "")), "v6-0");
+  auto r1 = start_gateway(dir, gateway_yaml({&a}, block("v6-1", "\"[::1]:" + std::to_string(r0.cluster_port) + "\"")),
+                          "v6-1");
+  auto up_on = [&](const gateway& g, const std::string& peer) {
+    auto j = nlohmann::json::parse(http_get(g.admin_port, "/api/v1/cluster").second, nullptr, false);
+    if (j.is_discarded()) return false;
+    for (const auto& m : j["members"])
+      if (m["name"] == peer) return m["status"] == "up" && m["address"].get<std::string>().rfind("[::1]:", 0) == 0;
+    return false;
+  };
+  CHECK(eventually([&] { return up_on(r0, "v6-1") && up_on(r1, "v6-0"); }, 10s));
+  // A session bound through one is routed to the same backend through the other.
+  CHECK(config_backend(r0.grpc_port, "v6-session") == config_backend(r1.grpc_port, "v6-session"));
+}

@@ -2,7 +2,7 @@
 //
 //   scg-bench unary    --target HOST:PORT --concurrency N --duration-secs S
 //                      [--warmup-secs W] [--threads T]
-//   scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]
+//   scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S] [--session-id ID]
 //   scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]
 //   scg-bench frame-config --out FILE [--session-id ID]
 //   scg-bench report   --raw FILE [--json FILE] [--markdown FILE]
@@ -52,7 +52,7 @@ constexpr const char* bench_user = "scg-bench";
 constexpr const char* usage =
     "usage: scg-bench unary    --target HOST:PORT --concurrency N --duration-secs S\n"
     "                          [--warmup-secs W] [--threads T]\n"
-    "       scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S]\n"
+    "       scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S] [--session-id ID]\n"
     "       scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]\n"
     "       scg-bench frame-config --out FILE [--session-id ID]\n"
     "       scg-bench report   --raw FILE [--json FILE] [--markdown FILE]\n";
@@ -407,6 +407,7 @@ int run_stream(cli_args& args) {
   const auto bytes = args.number("bytes", std::nullopt, 1);
   const auto message_bytes = args.number("message-bytes", std::nullopt, 1);
   const auto timeout = args.number("timeout-secs", 600, 1);
+  const auto session_id = args.text("session-id", session_uuid(run_nonce(), 0));
   if (!args.finish()) return 2;
   const int64_t messages = bytes / message_bytes;
   const int64_t expected = messages * message_bytes;
@@ -426,7 +427,7 @@ int run_stream(cli_args& args) {
   ctx.AddMetadata("x-fake-payload-bytes", std::to_string(message_bytes));
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout));
   sc::ExecutePlanRequest request;
-  request.set_session_id(session_uuid(run_nonce(), 0));
+  request.set_session_id(session_id);
   request.mutable_user_context()->set_user_id(bench_user);
 
   const double cpu_before = cpu_seconds_of_this_process();
@@ -435,7 +436,9 @@ int run_stream(cli_args& args) {
   sc::ExecutePlanResponse response;  // reused: its payload buffer is allocated once
   int64_t received = 0, batches = 0;
   bool complete = false;
+  std::string operation_id;
   while (reader->Read(&response)) {
+    if (operation_id.empty()) operation_id = response.operation_id();
     if (response.has_arrow_batch()) {
       received += static_cast<int64_t>(response.arrow_batch().data().size());
       ++batches;
@@ -445,6 +448,20 @@ int run_stream(cli_args& args) {
   }
   const auto status = reader->Finish();
   const double seconds = seconds_between(start, clock_type::now());
+  if (status.ok() && !operation_id.empty()) {
+    // As Spark's clients do once a result is complete: the server (and scg's
+    // operation index) may forget the operation.
+    grpc::ClientContext release_ctx;
+    release_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    sc::ReleaseExecuteRequest release;
+    release.set_session_id(session_id);
+    release.set_operation_id(operation_id);
+    *release.mutable_user_context() = request.user_context();
+    release.mutable_release_all();
+    sc::ReleaseExecuteResponse released;
+    if (auto s = stub->ReleaseExecute(&release_ctx, release, &released); !s.ok())
+      std::fprintf(stderr, "scg-bench: ReleaseExecute failed: %d %s\n", s.error_code(), s.error_message().c_str());
+  }
 
   std::string error;
   if (!status.ok())
@@ -1138,6 +1155,7 @@ int run_report(cli_args& args) {
     aim_rows.push_back({name, fixed(*measured, digits) + unit, (at_least ? "≥ " : "≤ ") + fixed(limit, digits) + unit,
                         met ? "met" : "MISSED", (margin >= 0 ? "+" : "") + fixed(margin * 100, 1) + " %"});
   };
+  // Issue #2's aims (against direct), then issue #5's (against nginx, same run).
   aim("unary c=32 via scg / direct", unary32_ratio, 0.4, true, "×", 2);
   aim("stream via scg / direct", stream_ratio, 0.65, true, "×", 2);
   aim("scg peak RSS under load", rss_mib, 64, false, " MiB", 1);
@@ -1145,6 +1163,27 @@ int run_report(cli_args& args) {
   aim("binding visible at other replicas, p99", delay_p99_ms, 10, false, " ms", 1);
   aim("full sync of the entries", sync_s, 2, false, " s", 2);
   aim("memory per replicated entry", bytes_per_entry, 300, false, " B", 0);
+  auto vs_nginx = [&](const std::string& kind, int concurrency, const metric_fn& metric) -> std::optional<double> {
+    for (const auto& c : raw.cases) {
+      if (c.kind != kind || !c.runs("scg") || !c.runs("nginx")) continue;
+      if (kind == "unary" && c.runs("scg")->begin()->second.value("concurrency", 0) != concurrency) continue;
+      const auto r = spread_of(ratios(c, "scg", "nginx", metric));
+      if (r.n) return r.median;
+    }
+    return std::nullopt;
+  };
+  const metric_fn rps = [](const json& r) { return num(r, "rps"); };
+  const metric_fn p99_us = [](const json& r) { return num(r, "p99_us"); };
+  const metric_fn mb_per_s = [](const json& r) { return num(r, "mb_per_s"); };
+  const metric_fn cpu_per_gib = figures_for(false).middle_cpu_per_work;
+  aim("unary c=1 via scg / nginx", vs_nginx("unary", 1, rps), 0.9, true, "×", 2);
+  aim("unary c=32 via scg / nginx", vs_nginx("unary", 32, rps), 1.2, true, "×", 2);
+  aim("unary c=256 via scg / nginx", vs_nginx("unary", 256, rps), 1.2, true, "×", 2);
+  aim("unary c=32 p99, scg / nginx", vs_nginx("unary", 32, p99_us), 1.0, false, "×", 2);
+  aim("unary c=256 p99, scg / nginx", vs_nginx("unary", 256, p99_us), 1.0, false, "×", 2);
+  aim("stream MB/s, scg / nginx", vs_nginx("stream", 0, mb_per_s), 1.0, true, "×", 2);
+  aim("stream CPU per GiB, scg / nginx", vs_nginx("stream", 0, cpu_per_gib), 1.0, false, "×", 2);
+  aim("RSS per idle session (issue #5)", kib_per_session, 1, false, " KiB", 2);
   if (!aim_rows.empty()) tables.push_back({{"aim", "measured", "target", "verdict", "margin"}, aim_rows});
 
   // Last, the one table to read: medians of every path and the ratios.
