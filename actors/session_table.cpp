@@ -24,6 +24,16 @@ bool read_part(std::string_view s, std::size_t& pos, std::string& part) {
   return true;
 }
 
+/// Calls `f(key, value)` for every entry of a shard's map, whichever kind.
+template <class V, class F>
+void visit(const std::unordered_map<std::string, V>& map, F&& f) {
+  for (const auto& [key, value] : map) f(std::string_view(key), value);
+}
+template <class V, class F>
+void visit(const core::packed_map<V>& map, F&& f) {
+  map.for_each([&](const auto& item) { f(item.key(), item.value); });
+}
+
 /// The `limit` entries of `shards` with the smallest keys above `after` that
 /// `keep(key, value)` accepts, as rows made by `row(key, value)`, sorted by
 /// key. A bounded max-heap keeps the memory to `limit` rows whatever the
@@ -36,17 +46,17 @@ std::vector<Row> smallest_after(const Shards& shards, const std::string& after, 
   auto by_key = [](const Row& a, const Row& b) { return a.key < b.key; };
   for (const auto& s : shards) {
     std::shared_lock lock{s.mutex};
-    for (const auto& [key, value] : s.map) {
-      if (!after.empty() && key <= after) continue;
-      if (heap.size() == limit && !(key < heap.front().key)) continue;
-      if (!keep(key, value)) continue;
+    visit(s.map, [&](std::string_view key, const auto& value) {
+      if (!after.empty() && key <= after) return;
+      if (heap.size() == limit && !(key < heap.front().key)) return;
+      if (!keep(key, value)) return;
       if (heap.size() == limit) {
         std::pop_heap(heap.begin(), heap.end(), by_key);
         heap.pop_back();
       }
       heap.push_back(row(key, value));
       std::push_heap(heap.begin(), heap.end(), by_key);
-    }
+    });
   }
   std::sort_heap(heap.begin(), heap.end(), by_key);
   return heap;
@@ -88,39 +98,39 @@ std::size_t session_table::shard_of(std::string_view key) {
 std::optional<backend_index> session_table::find_session(const std::string& key, clock_ms now) {
   auto& s = session_shards_[shard_of(key)];
   std::shared_lock lock{s.mutex};
-  auto it = s.map.find(key);
-  if (it == s.map.end()) return std::nullopt;
-  it->second.last_seen.store(now, std::memory_order_relaxed);
-  return it->second.backend;
+  auto* it = s.map.find(key);
+  if (!it) return std::nullopt;
+  it->value.last_seen.store(now, std::memory_order_relaxed);
+  return it->value.backend;
 }
 
 backend_index session_table::bind_session(const std::string& key, backend_index backend,
                                           clock_ms now) {
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};
-  auto [it, inserted] = s.map.try_emplace(key, backend, now);
+  auto [it, inserted] = s.map.try_emplace(key, 0, backend, now);
   if (inserted) {
     sessions_.fetch_add(1, std::memory_order_relaxed);
     count_tenant(key, +1);
     if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
   } else {
-    it->second.last_seen.store(now, std::memory_order_relaxed);
+    it->value.last_seen.store(now, std::memory_order_relaxed);
   }
-  return it->second.backend;
+  return it->value.backend;
 }
 
 void session_table::set_session(const std::string& key, backend_index backend, clock_ms now) {
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};
-  auto [it, inserted] = s.map.try_emplace(key, backend, now);
+  auto [it, inserted] = s.map.try_emplace(key, 0, backend, now);
   if (inserted) {
     sessions_.fetch_add(1, std::memory_order_relaxed);
     count_tenant(key, +1);
   } else {
-    if (it->second.backend == backend) return;
-    if (it->second.backend < per_backend_.size())
-      per_backend_[it->second.backend].fetch_sub(1, std::memory_order_relaxed);
-    it->second.backend = backend;
+    if (it->value.backend == backend) return;
+    if (it->value.backend < per_backend_.size())
+      per_backend_[it->value.backend].fetch_sub(1, std::memory_order_relaxed);
+    it->value.backend = backend;
   }
   if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
 }
@@ -128,18 +138,18 @@ void session_table::set_session(const std::string& key, backend_index backend, c
 std::optional<clock_ms> session_table::session_last_seen(const std::string& key) const {
   auto& s = session_shards_[shard_of(key)];
   std::shared_lock lock{s.mutex};
-  auto it = s.map.find(key);
-  if (it == s.map.end()) return std::nullopt;
-  return it->second.last_seen.load(std::memory_order_relaxed);
+  auto* it = s.map.find(key);
+  if (!it) return std::nullopt;
+  return it->value.last_seen.load(std::memory_order_relaxed);
 }
 
 bool session_table::erase_session(const std::string& key) {
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};
-  auto it = s.map.find(key);
-  if (it == s.map.end()) return false;
-  auto backend = it->second.backend;
-  s.map.erase(it);
+  auto* it = s.map.find(key);
+  if (!it) return false;
+  auto backend = it->value.backend;
+  s.map.erase(key);
   sessions_.fetch_sub(1, std::memory_order_relaxed);
   count_tenant(key, -1);
   if (backend < per_backend_.size()) per_backend_[backend].fetch_sub(1, std::memory_order_relaxed);
@@ -236,23 +246,23 @@ std::size_t session_table::sessions_on(backend_index backend) const {
 
 std::vector<session_table::session_row> session_table::list_sessions(
     const std::string& after, std::size_t limit,
-    const std::function<bool(const std::string& key, backend_index)>& keep) const {
+    const std::function<bool(std::string_view key, backend_index)>& keep) const {
   return smallest_after<session_row>(
       session_shards_, after, limit,
-      [&](const std::string& key, const session_entry& e) { return keep(key, e.backend); },
-      [](const std::string& key, const session_entry& e) {
-        return session_row{key, e.backend, e.last_seen.load(std::memory_order_relaxed)};
+      [&](std::string_view key, const session_entry& e) { return keep(key, e.backend); },
+      [](std::string_view key, const session_entry& e) {
+        return session_row{std::string(key), e.backend, e.last_seen.load(std::memory_order_relaxed)};
       });
 }
 
 std::vector<session_table::op_row> session_table::list_ops(
     const std::string& after, std::size_t limit,
-    const std::function<bool(const std::string& op_id, const op_entry&)>& keep) const {
+    const std::function<bool(std::string_view op_id, const op_entry&)>& keep) const {
   return smallest_after<op_row>(
       op_shards_, after, limit,
-      [&](const std::string& key, const op_slot& o) { return keep(key, o.op); },
-      [](const std::string& key, const op_slot& o) {
-        return op_row{key, o.op, o.last_seen.load(std::memory_order_relaxed)};
+      [&](std::string_view key, const op_slot& o) { return keep(key, o.op); },
+      [](std::string_view key, const op_slot& o) {
+        return op_row{std::string(key), o.op, o.last_seen.load(std::memory_order_relaxed)};
       });
 }
 

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/packed_map.hpp"
+
 namespace scg::actors {
 
 /// Identity of a Spark session as the gateway keys it.
@@ -113,13 +115,13 @@ class session_table {
   /// rows it returns, so the data path waits at most for one shard's scan.
   std::vector<session_row> list_sessions(
       const std::string& after, std::size_t limit,
-      const std::function<bool(const std::string& key, backend_index)>& keep) const;
+      const std::function<bool(std::string_view key, backend_index)>& keep) const;
 
   /// Up to `limit` operations whose id sorts after `after` and that `keep`
   /// accepts, in id order; locks as list_sessions.
   std::vector<op_row> list_ops(
       const std::string& after, std::size_t limit,
-      const std::function<bool(const std::string& op_id, const op_entry&)>& keep) const;
+      const std::function<bool(std::string_view op_id, const op_entry&)>& keep) const;
 
   /// Adds to each entry of `counts` (keyed by session_key::str()) the number
   /// of indexed operations of that session: one pass over the index.
@@ -140,15 +142,17 @@ class session_table {
     std::atomic<clock_ms> last_seen;
     op_slot(op_entry o, clock_ms t) : op(std::move(o)), last_seen(t) {}
   };
-  template <class V>
+  template <class Map>
   struct shard {
     mutable std::shared_mutex mutex;
-    std::unordered_map<std::string, V> map;
+    Map map;
   };
   static std::size_t shard_of(std::string_view key);
 
-  std::array<shard<session_entry>, shard_count> session_shards_;
-  std::array<shard<op_slot>, shard_count> op_shards_;
+  // Sessions packed (one allocation each): every replica holds every session
+  // binding of the cluster. Operations are fewer and carry a string.
+  std::array<shard<core::packed_map<session_entry>>, shard_count> session_shards_;
+  std::array<shard<std::unordered_map<std::string, op_slot>>, shard_count> op_shards_;
   std::vector<std::atomic<std::size_t>> per_backend_;
   std::atomic<std::size_t> sessions_{0};
   std::atomic<std::size_t> ops_{0};

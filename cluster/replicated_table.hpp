@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cluster/hlc.hpp"
+#include "core/packed_map.hpp"
 
 namespace scg::cluster {
 
@@ -60,17 +61,12 @@ struct merge_result {
 /// anti-entropy digest. Not thread-safe: one actor owns it.
 ///
 /// Compact, because every replica holds every binding of the cluster: an entry
-/// is one allocation (fixed fields, then the bytes of key, session and backend),
-/// node names are stored once and referred to by number, and each digest bucket
-/// is an open-addressing table of pointers. About 110 bytes per session binding
-/// (docs/performance.md), where a std::unordered_map of `entry` took 400.
+/// is one allocation (core::packed_map: a 32-byte head, then the bytes of key,
+/// session and backend), node names are stored once and referred to by number.
+/// About 115 bytes per session binding (docs/performance.md), where a
+/// std::unordered_map of `entry` took 400.
 class replicated_table {
  public:
-  replicated_table();
-  ~replicated_table();
-  replicated_table(replicated_table&&) noexcept;
-  replicated_table& operator=(replicated_table&&) noexcept;
-
   /// Applies `incoming` when its version is newer than the local one (or the
   /// key is absent); an equal or older version changes nothing.
   merge_result merge(const entry& incoming);
@@ -109,9 +105,7 @@ class replicated_table {
   /// not change the table.
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& s : shards_)
-      for (const auto& r : s.slots)
-        if (r) f(view(*r));
+    for (const auto& s : shards_) s.for_each([&](const shard::item& it) { f(view(it)); });
   }
 
   /// The digest bucket of `key`; the same on every replica.
@@ -121,30 +115,25 @@ class replicated_table {
   /// version and deleted flag (a version names one write, so the rest follows).
   static std::uint64_t entry_hash(const entry& e);
 
- public:
-  struct record;  // opaque outside the .cpp
-
  private:
-  struct record_free {
-    void operator()(record* r) const noexcept;
+  /// What an entry holds besides its key and its tail (session, backend and a
+  /// tombstone's expiry): 24 bytes, 32 with the map's sizes.
+  struct head {
+    std::uint64_t wall_ms;
+    std::uint32_t logical;
+    std::uint32_t node;  // in names_: the few replicas there are
+    std::uint32_t session_size;
+    bool deleted;
   };
-  using record_ptr = std::unique_ptr<record, record_free>;
-  /// One digest bucket's entries: linear probing over a power-of-two array.
-  struct shard {
-    std::vector<record_ptr> slots;
-    std::size_t used = 0;
-  };
+  /// One digest bucket's entries.
+  using shard = core::packed_map<head>;
 
   // Last-writer-wins core of merge, put and erase; returns the entry in force.
   entry upsert(const entry& incoming, merge_result& result);
   void account(std::size_t bucket, const entry& e, bool adding);
-  record_ptr pack(const entry& e);
-  entry_view view(const record& r) const;
+  void store(shard& s, const entry& e);
+  entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
-  /// The slot holding `key`, or the empty slot where it would go.
-  static std::size_t probe(const shard& s, std::string_view key);
-  static void grow(shard& s);
-  static void remove_at(shard& s, std::size_t i);
 
   std::array<shard, digest_buckets> shards_;
   std::deque<std::string> names_;  // node names (version.node), by number; views stay valid

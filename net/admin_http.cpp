@@ -114,7 +114,7 @@ bool backend_matches(const admin_view& view, const list_query& q, actors::backen
 }
 
 /// Whether the session `key` passes the query's tenant, user and session filters.
-bool key_matches(const list_query& q, const std::string& key) {
+bool key_matches(const list_query& q, std::string_view key) {
   if (q.tenant.empty() && q.user.empty() && q.session.empty()) return true;
   auto k = actors::session_key::parse(key);
   return k && (q.tenant.empty() || k->tenant == q.tenant) && (q.user.empty() || k->user_id == q.user) &&
@@ -164,7 +164,7 @@ void serve_ui(httplib::Response& res, const std::string& name) {
 
 std::string sessions_json(const admin_view& view, const list_query& q) {
   auto rows = view.table->list_sessions(
-      q.after, q.limit + 1, [&](const std::string& key, actors::backend_index b) {
+      q.after, q.limit + 1, [&](std::string_view key, actors::backend_index b) {
         return backend_matches(view, q, b) && key_matches(q, key);
       });
   // One more row than asked tells whether another page follows.
@@ -190,7 +190,7 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
 
 std::string operations_json(const admin_view& view, const list_query& q) {
   auto rows = view.table->list_ops(
-      q.after, q.limit + 1, [&](const std::string&, const actors::session_table::op_entry& op) {
+      q.after, q.limit + 1, [&](std::string_view, const actors::session_table::op_entry& op) {
         return backend_matches(view, q, op.backend) && key_matches(q, op.session);
       });
   nlohmann::json next = nullptr;

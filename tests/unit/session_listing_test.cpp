@@ -12,8 +12,8 @@ using scg::actors::session_key;
 using scg::actors::session_table;
 
 namespace {
-auto any_session = [](const std::string&, backend_index) { return true; };
-auto any_op = [](const std::string&, const session_table::op_entry&) { return true; };
+auto any_session = [](std::string_view, backend_index) { return true; };
+auto any_op = [](std::string_view, const session_table::op_entry&) { return true; };
 }  // namespace
 
 TEST_CASE("a session key parses back into its parts", "[table][listing]") {
@@ -57,7 +57,7 @@ TEST_CASE("a listing keeps only what the filter accepts and reports backend and 
   t.bind_session(session_key{"", "ann", "a"}.str(), 0, 10);
   t.bind_session(session_key{"", "bob", "b"}.str(), 2, 20);
   t.bind_session(session_key{"", "cat", "c"}.str(), 2, 30);
-  auto on_2 = t.list_sessions("", 10, [](const std::string&, backend_index b) { return b == 2; });
+  auto on_2 = t.list_sessions("", 10, [](std::string_view, backend_index b) { return b == 2; });
   REQUIRE(on_2.size() == 2);
   CHECK(on_2[0].key == session_key{"", "bob", "b"}.str());
   CHECK(on_2[0].backend == 2);

@@ -1,0 +1,138 @@
+#pragma once
+// A hash map from string keys to a small value, for the tables that hold one
+// entry per session of the whole cluster. Each entry is one allocation: the
+// value, the key's bytes and an optional tail of bytes the owner lays out; the
+// index is an open-addressing array of pointers (linear probing, at most 3/4
+// full, backward-shift deletion). For a 50-byte key that is about 100 bytes an
+// entry where std::unordered_map<std::string, V> takes about 140. Not
+// thread-safe: callers lock.
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace scg::core {
+
+template <class V>
+class packed_map {
+ public:
+  /// One entry: the value, its key and its tail bytes, in one block.
+  class item {
+   public:
+    V value;
+    std::string_view key() const { return {bytes(), key_size_}; }
+    std::string_view tail() const { return {bytes() + key_size_, tail_size_}; }
+    char* tail_data() { return const_cast<char*>(bytes()) + key_size_; }
+
+   private:
+    friend class packed_map;
+    template <class... A>
+    item(std::uint32_t key_size, std::uint32_t tail_size, A&&... args)
+        : value(std::forward<A>(args)...), key_size_(key_size), tail_size_(tail_size) {}
+    const char* bytes() const { return reinterpret_cast<const char*>(this + 1); }
+    std::uint32_t key_size_;
+    std::uint32_t tail_size_;
+  };
+
+  /// The entry of `key`, or nullptr.
+  item* find(std::string_view key) const {
+    if (slots_.empty()) return nullptr;
+    return slots_[probe(key)].get();
+  }
+
+  /// The entry of `key`; when absent, one is made from `args` with
+  /// `tail_size` tail bytes (uninitialised). Second: whether it was made.
+  template <class... A>
+  std::pair<item*, bool> try_emplace(std::string_view key, std::size_t tail_size, A&&... args) {
+    if ((used_ + 1) * 4 > slots_.size() * 3) grow();
+    auto& slot = slots_[probe(key)];
+    if (slot) return {slot.get(), false};
+    void* block = ::operator new(sizeof(item) + key.size() + tail_size);
+    slot.reset(new (block) item(static_cast<std::uint32_t>(key.size()), static_cast<std::uint32_t>(tail_size),
+                                std::forward<A>(args)...));
+    std::memcpy(const_cast<char*>(slot->bytes()), key.data(), key.size());
+    ++used_;
+    return {slot.get(), true};
+  }
+
+  /// Removes the entry of `key`; false when there was none.
+  bool erase(std::string_view key) {
+    if (slots_.empty()) return false;
+    auto hole = probe(key);
+    if (!slots_[hole]) return false;
+    // Backward shift: later entries of the probe run move up into the hole
+    // unless their home slot lies (cyclically) after it.
+    const std::size_t mask = slots_.size() - 1;
+    slots_[hole].reset();
+    --used_;
+    for (std::size_t j = (hole + 1) & mask; slots_[j]; j = (j + 1) & mask) {
+      const std::size_t home = hash(slots_[j]->key()) & mask;
+      const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (!stays) {
+        slots_[hole] = std::move(slots_[j]);
+        hole = j;
+      }
+    }
+    return true;
+  }
+
+  /// Removes every entry `drop(item&)` says true of; returns how many.
+  template <class F>
+  std::size_t erase_if(F&& drop) {
+    std::vector<std::string> gone;  // collected first: removal moves entries about
+    for_each([&](item& it) {
+      if (drop(it)) gone.emplace_back(it.key());
+    });
+    for (const auto& key : gone) erase(key);
+    return gone.size();
+  }
+
+  /// Calls `f(item&)` for every entry, in no particular order; `f` must not
+  /// add or remove entries.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& slot : slots_)
+      if (slot) f(*slot);
+  }
+
+  std::size_t size() const { return used_; }
+
+ private:
+  struct item_free {
+    void operator()(item* it) const noexcept {
+      it->~item();
+      ::operator delete(it);
+    }
+  };
+  using item_ptr = std::unique_ptr<item, item_free>;
+
+  static std::size_t hash(std::string_view key) { return std::hash<std::string_view>{}(key); }
+
+  /// The slot holding `key`, or the empty slot where it would go (there is
+  /// always one: the array is at most 3/4 full).
+  std::size_t probe(std::string_view key) const {
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask)
+      if (!slots_[i] || slots_[i]->key() == key) return i;
+  }
+
+  void grow() {
+    std::vector<item_ptr> old = std::move(slots_);
+    slots_ = std::vector<item_ptr>(old.empty() ? 8 : old.size() * 2);
+    for (auto& it : old)
+      if (it) {
+        auto& slot = slots_[probe(it->key())];
+        slot = std::move(it);
+      }
+  }
+
+  std::vector<item_ptr> slots_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace scg::core
