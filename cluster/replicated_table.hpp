@@ -98,7 +98,7 @@ class replicated_table {
   /// Entries held that are not tombstones.
   std::size_t live_count() const { return live_; }
 
-  /// Every entry (tombstones included) in no particular order, for a full sync.
+  /// Every entry (tombstones included) in no particular order, copied.
   std::vector<entry> all() const;
 
   /// Calls `f(const entry_view&)` for every entry, without copying; `f` must
