@@ -27,7 +27,7 @@ RUN apt-get update \
       libcaf-core0.17 libcaf-io0.17 libcaf-openssl0.17 \
       libgrpc++1.51 libgrpc29 libabsl20220623 \
       libyaml-cpp0.7 libspdlog1.10 libfmt9 libcpp-httplib0.11 \
-      libjemalloc2 libssl3 ca-certificates \
+      libjemalloc2 libssl3 libnghttp2-14 zlib1g ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 scg \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

@@ -1,34 +1,37 @@
 // The flow of one RPC through scg, start to end:
 //
-//   1. a client call arrives on the generic service (any method); its bearer
-//      token is checked and its tenant resolved (auth/authenticator.hpp);
-//   2. the first request message is read and its routing fields scanned
+//   1. a client opens an HTTP/2 stream (net/h2: one worker thread owns its
+//      connection and, from then on, the call); the request headers are the
+//      call's metadata: its bearer token is checked and its tenant resolved
+//      (auth/authenticator.hpp), its method named, its grpc-timeout read;
+//   2. the first request message is gathered and its routing fields scanned
 //      (net/wire.hpp) — plans are never parsed; the verified user replaces
 //      user_context.user_id; rate limits and the tenant's bulkheads apply;
 //   3. the backend is found: operation index first for Reattach/Release/
 //      Interrupt, then the session table; a brand-new session asks the
 //      router actor (which, in a cluster, asks the key's owner replica) and
-//      is answered through a callback (no thread blocks); a session whose
-//      backend is lost is rebound or refused (on_backend_lost);
-//   4. a generic call to that backend starts with the client's metadata
-//      (its authorization replaced by scg's backend token), deadline and an
-//      x-request-id (with `tracing:`, a traceparent naming scg's span: core/tracing.hpp);
-//   5. messages are pumped both ways, one read and one write in flight per
-//      direction, so a slow reader slows its producer instead of buffering;
-//   6. operation ids and cloned sessions are learned from responses;
+//      is answered through a callback posted back to the worker (no thread
+//      blocks); a session whose backend is lost is rebound or refused
+//      (on_backend_lost);
+//   4. a stream opens on the worker's connection to that backend with the
+//      client's metadata (its authorization replaced by scg's backend token),
+//      the remaining grpc-timeout and an x-request-id (with `tracing:`, a
+//      traceparent naming scg's span: core/tracing.hpp);
+//   5. bytes flow both ways as they arrive, unparsed and uncopied (net/h2/
+//      bytes.hpp); HTTP/2 windows are given back only once bytes were framed
+//      on the other side, so a slow reader slows its producer;
+//   6. operation ids and cloned sessions are learned from the first response;
 //   7. the backend's headers, trailers and status (with details) go back to
 //      the client unchanged (a Config response has the backend's own token
 //      redacted); an execution past its tenant's max_execution_secs is
 //      interrupted on the backend and ends DEADLINE_EXCEEDED.
 #include "net/forwarder.hpp"
 
-#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
-#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -40,6 +43,9 @@
 #include "core/ids.hpp"
 #include "core/metrics.hpp"
 #include "core/tracing.hpp"
+#include "net/h2/endpoints.hpp"
+#include "net/h2/grpc_frames.hpp"
+#include "net/h2/worker.hpp"
 #include "net/wire.hpp"
 
 namespace scg::net {
@@ -47,28 +53,25 @@ namespace scg::net {
 namespace {
 
 using actors::backend_index;
+using h2::slice;
 
-/// Request headers that describe one HTTP/2 hop or that gRPC sets itself.
-bool hop_by_hop(std::string_view key) {
+/// Request headers scg does not pass on as they came: HTTP/2 hop headers,
+/// the ones scg sets itself, and the client's credential (it is for scg,
+/// never for the backend).
+bool not_forwarded(std::string_view key) {
   static constexpr std::string_view dropped[] = {
       "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
-      "host", "content-type", "user-agent", "grpc-timeout", "grpc-encoding",
-      "grpc-accept-encoding", "x-request-id",
-      "authorization"};  // the client's credential is for scg, never for the backend
+      "host", "content-type", "grpc-timeout", "x-request-id", "authorization"};
   if (!key.empty() && key[0] == ':') return true;
   for (auto d : dropped)
     if (key == d) return true;
   return false;
 }
 
-/// Response headers that gRPC writes itself on the client-facing side.
-bool transport_header(std::string_view key) {
-  return key == "content-type" || key == "grpc-encoding" || key == "grpc-accept-encoding" ||
-         key == "grpc-status" || key == "grpc-message" || key == "grpc-status-details-bin" ||
-         (!key.empty() && key[0] == ':');
+/// The trailers that carry a call's status.
+bool status_header(std::string_view key) {
+  return key == "grpc-status" || key == "grpc-message" || key == "grpc-status-details-bin";
 }
-
-std::string_view view(grpc::string_ref s) { return {s.data(), s.size()}; }
 
 /// The "forward" logger, looked up once (the registry takes a lock).
 spdlog::logger& forward_log() {
@@ -76,45 +79,26 @@ spdlog::logger& forward_log() {
   return *log;
 }
 
-/// The slices of `buf` as scanner segments; `keep` holds the slice references.
-segments segments_of(const grpc::ByteBuffer& buf, std::vector<grpc::Slice>& keep) {
-  keep.clear();
-  segments out;
-  if (!buf.Dump(&keep).ok()) return out;
-  out.reserve(keep.size());
-  for (const auto& s : keep) out.push_back({s.begin(), s.size()});
-  return out;
-}
-
-/// The bytes of `buf` in one string (only for the messages scg edits).
-std::string flatten(const grpc::ByteBuffer& buf) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buf.Dump(&slices).ok()) return out;
-  out.reserve(buf.Length());
-  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
-/// True when `key` occurs in `buf` (a match across two slices counts too:
-/// then the bytes are joined to look).
-bool mentions(const grpc::ByteBuffer& buf, std::string_view key) {
-  std::vector<grpc::Slice> slices;
-  if (!buf.Dump(&slices).ok()) return false;
-  if (slices.size() > 1) return flatten(buf).find(key) != std::string::npos;
-  for (const auto& s : slices)
-    if (std::string_view(reinterpret_cast<const char*>(s.begin()), s.size()).find(key) != std::string_view::npos)
-      return true;
-  return false;
-}
-
-grpc::ByteBuffer buffer_of(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
 /// Executions: the streams a tenant's bulkhead counts and times.
 bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
+
+/// RPCs routed by operation id before session id.
+bool follows_operation(rpc r, const request_fields& f) {
+  if (f.operation_id.empty()) return false;
+  return r == rpc::reattach_execute || r == rpc::release_execute ||
+         (r == rpc::interrupt && f.interrupt_type == 3);
+}
+
+/// The gRPC status for a stream the backend reset with HTTP/2 error `code`.
+grpc::StatusCode status_of_reset(std::uint32_t code) {
+  switch (code) {
+    case NGHTTP2_REFUSED_STREAM: return grpc::StatusCode::UNAVAILABLE;
+    case NGHTTP2_CANCEL: return grpc::StatusCode::CANCELLED;
+    case NGHTTP2_ENHANCE_YOUR_CALM: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case NGHTTP2_INADEQUATE_SECURITY: return grpc::StatusCode::PERMISSION_DENIED;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
 
 /// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
 /// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
@@ -132,7 +116,8 @@ void send_interrupt(actors::backend_state& backend, const std::string& session, 
   pw::put_uint(body, 4, 3);  // INTERRUPT_TYPE_OPERATION_ID
   pw::put_bytes(body, 6, op_id);
   auto* c = new call;
-  c->request = buffer_of(body);
+  grpc::Slice slice(body);
+  c->request = grpc::ByteBuffer(&slice, 1);
   c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   c->ctx.AddMetadata("x-request-id", request_id);
   if (!token.empty()) c->ctx.AddMetadata("authorization", "Bearer " + token);
@@ -146,108 +131,52 @@ void send_interrupt(actors::backend_state& backend, const std::string& session, 
                           });
 }
 
-/// RPCs whose request is one message: sent with WriteLast, no further reads.
-bool single_request(rpc r) { return r != rpc::add_artifacts && r != rpc::unknown; }
+/// One whole gRPC message as it arrived: its prefix and body, in slices.
+struct held_message {
+  h2::slice_queue bytes;
+  h2::message_header header;
 
-/// RPCs routed by operation id before session id.
-bool follows_operation(rpc r, const request_fields& f) {
-  if (f.operation_id.empty()) return false;
-  return r == rpc::reattach_execute || r == rpc::release_execute ||
-         (r == rpc::interrupt && f.interrupt_type == 3);
-}
+  /// The body as scanner segments (the 5-byte prefix skipped).
+  segments body() const {
+    segments out;
+    std::size_t skip = 5;
+    for (const auto& s : bytes.items()) {
+      const auto from = std::min(skip, s.size());
+      skip -= from;
+      if (from < s.size())
+        out.push_back({reinterpret_cast<const std::uint8_t*>(s.data()) + from, s.size() - from});
+    }
+    return out;
+  }
+  std::string flat_body() const {
+    std::string out;
+    out.reserve(header.length);
+    for (const auto& seg : body()) out.append(reinterpret_cast<const char*>(seg.data), seg.size);
+    return out;
+  }
+};
 
-class forward_call final : public grpc::ServerGenericBidiReactor {
+class forward_call final : public h2::server_stream,
+                           public h2::client_stream,
+                           public std::enable_shared_from_this<forward_call> {
  public:
-  forward_call(forward_context& fx, grpc::GenericCallbackServerContext* ctx)
-      : fx_(fx), ctx_(ctx), upstream_(*this), log_(forward_log()), started_(std::chrono::steady_clock::now()) {
+  forward_call(forward_context& fx, h2::downstream_connection& down, std::int32_t stream)
+      : fx_(fx),
+        w_(down.owner()),
+        down_(std::static_pointer_cast<h2::downstream_connection>(down.shared_from_this())),
+        down_stream_(stream),
+        log_(forward_log()),
+        started_(std::chrono::steady_clock::now()) {
     core::global_metrics().forward_active_calls.fetch_add(1, std::memory_order_relaxed);
-    const std::string& method = ctx_->method();
-    rpc_ = rpc_from_path(method);
-    auto& md = ctx_->client_metadata();
-    auto rid = md.find("x-request-id");
-    request_id_ = rid != md.end() ? std::string(view(rid->second)) : core::new_request_id();
-    if (fx_.tracer) start_span(md);
-    if (method.compare(0, service_prefix.size(), service_prefix) != 0) {
-      core::bump(core::global_metrics().forward_unimplemented_total);
-      log_.debug("unimplemented request_id={} method={}", request_id_, method);
-      finish_local(grpc::StatusCode::UNIMPLEMENTED,
-                   "scg forwards only " + std::string(service_prefix) + "* methods, not " + method);
-      return;
-    }
-    if (!authenticate(md)) return;
-    StartRead(&request_);
+    w_.calls.fetch_add(1, std::memory_order_relaxed);
+    to_backend_.producer = down_;
+    to_backend_.producer_stream = stream;
   }
 
-  // --- client side (server reactor) -----------------------------------------
-  // Upstream operations started from here run under a hold on the backend
-  // call (see start_stream), so the backend side cannot end underneath them.
-
-  void OnReadDone(bool ok) override {
-    if (!routed_) return route_first_message(ok);
-    if (!ok) {  // client half-closed (or went away): no more writes
-      upstream_.StartWritesDone();
-      return upstream_.RemoveHold();
-    }
-    core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
-    // Every message of a stream (AddArtifacts) carries the verified user.
-    if (identity_.verified && !rewrite_user(request_)) {
-      upstream_.StartWritesDone();  // the backend call ends; the client gets the error below
-      bad_stream_message_ = true;
-      client_ctx_.TryCancel();
-      return upstream_.RemoveHold();
-    }
-    upstream_.StartWrite(&request_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::optional<grpc::Status> finish_now;
-    int write = -1, read = -1;
-    bool end_flow = false;
-    {
-      std::lock_guard lock{mu_};
-      client_writing_ = false;
-      if (finish_pending_) {  // the backend is done: finish, whatever became of this write
-        finish_now = std::exchange(finish_pending_, std::nullopt);
-      } else if (!ok) {
-        parked_ = false;
-        client_gone_ = true;
-        end_flow = end_response_flow_locked();
-      } else if (parked_) {
-        parked_ = false;
-        write = take_read_slot_locked();
-        read = read_slot_;
-      }
-    }
-    if (finish_now) return finish(*finish_now);
-    if (!ok) client_ctx_.TryCancel();  // the client is gone: stop the backend
-    if (end_flow) upstream_.RemoveHold();
-    if (write >= 0) StartWrite(&response_[write]);
-    if (read >= 0) upstream_.StartRead(&response_[read]);
-  }
-
-  void OnSendInitialMetadataDone(bool ok) override {
-    if (ok) return start_backend_read();
-    bool end_flow;
-    {
-      std::lock_guard lock{mu_};
-      client_gone_ = true;
-      end_flow = end_response_flow_locked();
-    }
-    client_ctx_.TryCancel();
-    if (end_flow) upstream_.RemoveHold();
-  }
-
-  void OnCancel() override {
-    bool started;
-    {
-      std::lock_guard lock{mu_};
-      cancelled_ = true;
-      started = upstream_started_;
-    }
-    if (started) client_ctx_.TryCancel();
-  }
-
-  void OnDone() override {
+  /// The call's end: both streams closed.
+  ~forward_call() override {
+    to_client_.drop();
+    to_backend_.drop();
     if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
     if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
@@ -261,46 +190,303 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                                              .count()));
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
     if (streaming_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
-    if (fx_.tracer) end_span();
-    release();
+    if (backend_ && up_stream_ > 0) backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
+    if (fx_.tracer && trace_) end_span();
+    w_.calls.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // --- the client's stream ------------------------------------------------------
+
+  void on_request_header(std::string_view name, std::string_view value) override {
+    if (name == ":path") method_ = value;
+    else if (name == "content-type") content_type_ = value;
+    else if (name == "grpc-encoding") request_encoding_ = value;
+    else if (name == "grpc-timeout") timeout_ = h2::parse_timeout(value);
+    else if (name == ":method" && value != "POST") bad_method_ = true;
+    metadata_.push_back({std::string(name), std::string(value)});
+  }
+
+  void on_request_headers_done() override {
+    rpc_ = rpc_from_path(method_);
+    auto rid = find_header("x-request-id");
+    request_id_ = rid ? std::string(*rid) : core::new_request_id();
+    if (fx_.tracer) start_span();
+    if (timeout_) arm_timer(std::chrono::steady_clock::now() + *timeout_);
+    if (bad_method_ || content_type_.compare(0, 16, "application/grpc") != 0) {
+      core::bump(core::global_metrics().forward_invalid_argument_total);
+      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                          "scg takes gRPC calls (POST, content-type application/grpc), not " +
+                              (content_type_.empty() ? std::string("a call without a content-type") : content_type_));
+    }
+    if (method_.compare(0, service_prefix.size(), service_prefix) != 0) {
+      core::bump(core::global_metrics().forward_unimplemented_total);
+      log_.debug("unimplemented request_id={} method={}", request_id_, method_);
+      return finish_local(grpc::StatusCode::UNIMPLEMENTED,
+                          "scg forwards only " + std::string(service_prefix) + "* methods, not " + method_);
+    }
+    authenticate();
+  }
+
+  void on_request_data(slice s) override {
+    if (finished_) {  // answered already: what still comes is dropped
+      down_->consume(down_stream_, s.size());
+      return;
+    }
+    const auto total = s.size();
+    request_sink sink{*this};
+    if (!request_split_.feed(std::move(s), sink)) down_->consume(down_stream_, total - sink.passed);
+  }
+
+  void on_request_end() override {
+    request_ended_ = true;
+    if (finished_) return;
+    if (!routed_ && !routing_) return route(false);
+    if (up_stream_ > 0) {
+      to_backend_.ended = true;
+      up_->resume(up_stream_);
+    }
+  }
+
+  void on_server_stream_closed(std::uint32_t error_code) override {
+    down_closed_ = true;
+    if (!finished_) {  // the client went away or cancelled before its answer
+      finished_ = true;
+      final_code_ = static_cast<int>(grpc::StatusCode::CANCELLED);
+      log_.debug("cancelled request_id={} rpc={} http2_error={}", request_id_, rpc_name(rpc_), error_code);
+    }
+    cancel_backend();
+  }
+
+  // --- the backend's stream -----------------------------------------------------
+
+  void on_response_header(std::string_view name, std::string_view value, bool trailer) override {
+    (trailer ? backend_trailers_ : response_headers_).push_back({std::string(name), std::string(value)});
+    if (!trailer && name == "grpc-encoding") response_encoding_ = value;
+  }
+
+  void on_response_headers_done(bool trailer, bool end_stream) override {
+    got_headers_ = true;
+    if (finished_) return;
+    if (!trailer && !end_stream) {
+      // A stream shows the backend's headers at once (a long query shows
+      // them before its first result).
+      response_started_ = down_->submit_response(down_stream_, response_headers_, &to_client_);
+      return;
+    }
+    // The status: in trailers, or in the headers of a trailers-only answer.
+    auto& status = trailer ? backend_trailers_ : response_headers_;
+    finish_with_backend_status(status, !trailer);
+  }
+
+  void on_response_data(slice s) override {
+    if (finished_) {
+      up_->consume(up_stream_, s.size());
+      return;
+    }
+    const auto total = s.size();
+    response_sink sink{*this};
+    if (!response_split_.feed(std::move(s), sink)) up_->consume(up_stream_, total - sink.passed);
+  }
+
+  void on_client_stream_closed(std::uint32_t error_code, const std::string& why) override {
+    up_closed_ = true;
+    to_backend_.drop();
+    if (finished_) return;
+    if (!got_headers_) {
+      // Nothing came from the backend: the gateway could not reach it.
+      core::bump(core::global_metrics().forward_backend_unavailable_total);
+      backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
+      const std::string reason = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
+      log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_, rpc_name(rpc_),
+                backend_->name, reason);
+      return finish_local(grpc::StatusCode::UNAVAILABLE,
+                          "scg: backend " + backend_->name + " (" + backend_->address + ") is unavailable: " + reason);
+    }
+    if (error_code == NGHTTP2_NO_ERROR && why.empty())
+      return finish_local(grpc::StatusCode::INTERNAL,
+                          "scg: backend " + backend_->name + " ended the stream without a gRPC status");
+    log_.info("backend_reset request_id={} rpc={} backend={} http2_error={} reason=\"{}\"", request_id_,
+              rpc_name(rpc_), backend_->name, error_code, why);
+    finish_local(why.empty() ? status_of_reset(error_code) : grpc::StatusCode::UNAVAILABLE,
+                 "scg: backend " + backend_->name + " broke off the stream: " +
+                     (why.empty() ? "HTTP/2 error " + std::to_string(error_code) : why));
   }
 
  private:
-  /// The backend side of a streaming call.
-  class upstream_reactor final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-   public:
-    explicit upstream_reactor(forward_call& call) : call_(call) {}
-    void OnReadInitialMetadataDone(bool ok) override { call_.on_backend_headers(ok); }
-    void OnReadDone(bool ok) override { call_.on_backend_message(ok); }
-    void OnWriteDone(bool ok) override { call_.on_backend_write_done(ok); }
-    void OnDone(const grpc::Status& status) override { call_.on_backend_done(status); }
+  // --- gRPC messages, both ways ---------------------------------------------------
+  // Bytes pass as they come; a message is held whole only when scg must read
+  // it (the first request, before routing; every request when the verified
+  // user is written into it; the first response of the RPCs scg learns from).
 
-   private:
-    forward_call& call_;
+  struct request_sink {
+    forward_call& c;
+    std::size_t passed = 0;
+    void bytes(slice s) {
+      passed += s.size();
+      c.request_bytes(std::move(s));
+    }
+    bool header(const h2::message_header& h) { return c.request_header(h); }
+    void message_end() { c.request_message_end(); }
+  };
+  struct response_sink {
+    forward_call& c;
+    std::size_t passed = 0;
+    void bytes(slice s) {
+      passed += s.size();
+      c.response_bytes(std::move(s));
+    }
+    bool header(const h2::message_header& h) { return c.response_header(h); }
+    void message_end() { c.response_message_end(); }
   };
 
-  // --- routing ---------------------------------------------------------------
+  void request_bytes(slice s) {
+    if (!in_request_) {
+      in_request_ = true;
+      hold_request_ = !routed_ || identity_.verified;
+    }
+    if (finished_) return down_->consume(down_stream_, s.size());
+    if (hold_request_) {
+      // Held bytes are scg's to keep (at most one message): their window goes back now.
+      down_->consume(down_stream_, s.size());
+      request_.bytes.push(std::move(s));
+    } else {
+      to_backend_.push(std::move(s), true);
+      up_->resume(up_stream_);
+    }
+  }
 
-  void route_first_message(bool ok) {
-    routed_ = true;
-    has_first_message_ = ok;
-    if (ok) {
-      auto scan = scan_request(rpc_, segments_of(request_, slices_), fields_);
+  bool request_header(const h2::message_header& h) {
+    if (h.length > fx_.limits.max_message_bytes) {
+      core::bump(core::global_metrics().forward_invalid_argument_total);
+      finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "scg: a request message of " + std::to_string(h.length) +
+                       " bytes is larger than limits.max_message_bytes (" +
+                       std::to_string(fx_.limits.max_message_bytes) + ")");
+      return false;
+    }
+    request_.header = h;
+    core::bump(core::global_metrics().forward_request_bytes_total, h.length);
+    return true;
+  }
+
+  void request_message_end() {
+    in_request_ = false;
+    if (!hold_request_ || finished_) return;
+    held_message msg = std::move(request_);
+    request_ = held_message{};
+    if (!routed_ && !routing_) {
+      first_ = std::move(msg);
+      return route(true);
+    }
+    // Later messages (AddArtifacts) carry the verified user too.
+    if (identity_.verified && !rewrite_user(msg)) {
+      core::bump(core::global_metrics().forward_invalid_argument_total);
+      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
+    }
+    if (up_stream_ > 0) {
+      send_held(std::move(msg));
+    } else {
+      waiting_.push_back(std::move(msg));  // routing is under way
+    }
+  }
+
+  void send_held(held_message msg) {
+    while (!msg.bytes.empty()) msg.bytes.pop(msg.bytes.bytes(), [this](slice s) { to_backend_.push(std::move(s), false); });
+    up_->resume(up_stream_);
+  }
+
+  void response_bytes(slice s) {
+    if (!in_response_) {
+      in_response_ = true;
+      // The first answer of the RPCs scg learns from (or redacts) is read whole.
+      hold_response_ = response_split_.messages() == 0 &&
+                       (rpc_ == rpc::config || rpc_ == rpc::execute_plan || rpc_ == rpc::clone_session);
+    }
+    if (finished_) return up_->consume(up_stream_, s.size());
+    if (hold_response_) {
+      up_->consume(up_stream_, s.size());
+      response_.bytes.push(std::move(s));
+    } else {
+      to_client_.push(std::move(s), true);
+      down_->resume(down_stream_);
+    }
+  }
+
+  bool response_header(const h2::message_header& h) {
+    if (h.length > fx_.limits.max_message_bytes) {
+      finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "scg: backend " + backend_->name + " sent a message of " + std::to_string(h.length) +
+                       " bytes, larger than limits.max_message_bytes (" +
+                       std::to_string(fx_.limits.max_message_bytes) + ")");
+      return false;
+    }
+    response_.header = h;
+    core::bump(core::global_metrics().forward_response_bytes_total, h.length);
+    return true;
+  }
+
+  void response_message_end() {
+    in_response_ = false;
+    if (!hold_response_) return;
+    held_message msg = std::move(response_);
+    response_ = held_message{};
+    learn_from_first_response(msg);
+    if (rpc_ == rpc::config) redact_config(msg);
+    while (!msg.bytes.empty()) msg.bytes.pop(msg.bytes.bytes(), [this](slice s) { to_client_.push(std::move(s), false); });
+    down_->resume(down_stream_);
+  }
+
+  /// The body of `msg` to read: inflated when it came compressed; nullopt
+  /// when that fails.
+  std::optional<std::string> readable_body(const held_message& msg, const std::string& encoding) {
+    if (!msg.header.compressed) return msg.flat_body();
+    return h2::inflate(encoding, msg.flat_body(), fx_.limits.max_message_bytes);
+  }
+
+  static held_message message_of(std::string_view body) {
+    held_message m;
+    m.header.length = static_cast<std::uint32_t>(body.size());
+    m.bytes.push(slice::copy_of(h2::message_prefix(body.size()) + std::string(body)));
+    return m;
+  }
+
+  // --- routing ---------------------------------------------------------------------
+
+  /// Reads the first message's routing fields (when there is one) and finds
+  /// its backend.
+  void route(bool has_message) {
+    routing_ = true;
+    if (has_message) {
+      scan_result scan;
+      if (first_.header.compressed) {
+        auto body = readable_body(first_, request_encoding_);
+        if (!body) {
+          core::bump(core::global_metrics().forward_invalid_argument_total);
+          return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                              "request message is compressed with grpc-encoding \"" + request_encoding_ +
+                                  "\", which scg cannot read (gzip or deflate only)");
+        }
+        segments seg{{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}};
+        scan = scan_request(rpc_, seg, fields_);
+      } else {
+        scan = scan_request(rpc_, first_.body(), fields_);
+      }
       if (!scan) {
         core::bump(core::global_metrics().forward_invalid_argument_total);
-        log_.debug("invalid_argument request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_),
-                   scan.reason);
-        return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
-                            std::string("request is not a valid ") +
-                                std::string(rpc_name(rpc_)) + " message: " + scan.reason);
+        log_.debug("invalid_argument request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), scan.reason);
+        return finish_local(grpc::StatusCode::INVALID_ARGUMENT, std::string("request is not a valid ") +
+                                                                    std::string(rpc_name(rpc_)) +
+                                                                    " message: " + scan.reason);
       }
     }
     if (identity_.verified) {
       fields_.user_id = identity_.user_id;
-      if (has_first_message_ && !rewrite_user(request_))
+      if (has_message && !rewrite_user(first_))
         return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
                             std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
+    has_first_message_ = has_message;
     if (!admit()) return;
     key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
     const auto now = actors::now_ms();
@@ -320,7 +506,15 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
       if (!actors::lost(*fx_.backends[*b], now, fx_.lost_after_ms)) return start_upstream(*b);
       return on_lost_backend(*b);
     }
-    fx_.router->resolve(key_, [this](actors::route_result r) { on_route(r); });
+    fx_.router->resolve(key_, answer_on_worker());
+  }
+
+  /// A router callback that continues this call on its worker.
+  std::function<void(actors::route_result)> answer_on_worker() {
+    return [self = shared_from_this()](actors::route_result r) {
+      auto& w = self->w_;
+      w.post([self, r = std::move(r)] { self->on_route(r); });
+    };
   }
 
   /// The session's backend has been down for on_backend_lost.after_secs:
@@ -335,11 +529,12 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
                           "scg: the session's backend " + lost.name + " (" + lost.address +
                               ") was lost; start a new session (on_backend_lost.action: fail)");
     }
-    fx_.router->rebind(key_, [this](actors::route_result r) { on_route(r); });
+    fx_.router->rebind(key_, answer_on_worker());
   }
 
-  /// The router's answer for a new or rebound session (on an actor thread).
+  /// The router's answer for a new or rebound session.
   void on_route(const actors::route_result& r) {
+    if (finished_) return;
     if (!r.backend) {
       log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), r.error);
       if (r.retry_after_ms > 0)
@@ -363,215 +558,78 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     return static_cast<backend_index>(start % n);
   }
 
-  // --- the backend call --------------------------------------------------------
+  // --- the backend stream ------------------------------------------------------------
 
   void start_upstream(backend_index b) {
-    if (fx_.backends.empty())
-      return finish_local(grpc::StatusCode::UNAVAILABLE, "scg: no backends are configured");
+    if (finished_) return;
+    if (fx_.backends.empty()) return finish_local(grpc::StatusCode::UNAVAILABLE, "scg: no backends are configured");
+    routed_ = true;
     backend_index_ = b;
     backend_ = fx_.backends[b];
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
 
-    for (const auto& [k, v] : ctx_->client_metadata()) {
-      if (!hop_by_hop(view(k)) && !(trace_ && view(k) == "traceparent"))
-        client_ctx_.AddMetadata(std::string(view(k)), std::string(view(v)));
-    }
-    client_ctx_.AddMetadata("x-request-id", request_id_);
-    if (trace_) client_ctx_.AddMetadata("traceparent", core::format_traceparent(*trace_));  // scg's span is the parent
+    h2::header_list headers;
+    headers.reserve(metadata_.size() + 8);
+    headers.push_back({":method", "POST"});
+    headers.push_back({":scheme", "http"});
+    headers.push_back({":path", method_});
+    headers.push_back({":authority", backend_->address});
+    headers.push_back({"te", "trailers"});
+    headers.push_back({"content-type", content_type_});
+    for (const auto& h : metadata_)
+      if (!not_forwarded(h.name) && !(trace_ && h.name == "traceparent")) headers.push_back(h);
+    headers.push_back({"x-request-id", request_id_});
+    if (trace_) headers.push_back({"traceparent", core::format_traceparent(*trace_)});  // scg's span is the parent
     if (const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant); !token.empty())
-      client_ctx_.AddMetadata("authorization", "Bearer " + token);
-    auto deadline = ctx_->deadline();
+      headers.push_back({"authorization", "Bearer " + token});
+    auto deadline = deadline_;
     if (is_execution(rpc_)) {
       // An execution longer than its tenant may run is cut here, then interrupted.
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
-        execution_limit_ = std::chrono::system_clock::now() + std::chrono::seconds(secs);
-        if (*execution_limit_ < deadline) deadline = *execution_limit_;
-        else execution_limit_.reset();  // the client's own deadline comes first
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+        if (!deadline || limit < *deadline) {
+          execution_limit_ = limit;
+          deadline = limit;
+          arm_timer(limit);
+        }
       }
     }
-    if (deadline != std::chrono::system_clock::time_point::max()) client_ctx_.set_deadline(deadline);
+    // The backend gets a second more than an execution's limit: scg's timer
+    // cuts it first, and says why.
+    if (deadline)
+      headers.push_back({"grpc-timeout", h2::format_timeout(*deadline - std::chrono::steady_clock::now() +
+                                                            (execution_limit_ ? std::chrono::seconds(1)
+                                                                              : std::chrono::seconds(0)))});
 
-    {
-      std::lock_guard lock{mu_};
-      upstream_started_ = !cancelled_;
-    }
-    if (!upstream_started_) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-    refs_.fetch_add(1, std::memory_order_relaxed);
+    up_ = w_.upstream(b, backend_->address, fx_.limits.connect_timeout_ms);
+    to_client_.producer = up_;
+    if (has_first_message_) send_held(std::move(first_));
+    for (auto& m : waiting_) send_held(std::move(m));
+    waiting_.clear();
+    to_backend_.ended = request_ended_;
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
+    if (!is_unary(rpc_) || !has_first_message_) {
+      streaming_ = true;
+      core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
+    }
     log_.debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
-    if (has_first_message_)
-      core::bump(core::global_metrics().forward_request_bytes_total, request_.Length());
-
-    if (is_unary(rpc_) && has_first_message_)
-      start_unary();
-    else
-      start_stream();
-  }
-
-  /// Unary RPCs: one backend call batch and one write-and-finish to the
-  /// client, about a third of the operations of the streaming path.
-  void start_unary() {
-    unary_ = true;
-    backend_->stub->UnaryCall(&client_ctx_, ctx_->method(), grpc::StubOptions(), &request_,
-                              &response_[0], [this](grpc::Status status) {
-                                pass_headers();
-                                if (status.ok()) learn_from_first_response(response_[0]);
-                                if (status.ok() && rpc_ == rpc::config) redact_config();
-                                on_backend_done(status);
-                              });
-  }
-
-  void start_stream() {
-    streaming_ = true;
-    core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
-    backend_->stub->PrepareBidiStreamingCall(&client_ctx_, ctx_->method(), grpc::StubOptions(),
-                                             &upstream_);
-    // Holds keep the backend call alive while operations on it start from
-    // the client side: one for the response flow, until its end; one for the
-    // request flow of streaming requests, until the client half-closes or the
-    // backend stops taking messages.
-    upstream_.AddHold();
-    if (has_first_message_) {
-      if (single_request(rpc_)) {
-        upstream_.StartWriteLast(&request_, grpc::WriteOptions());
-      } else {
-        upstream_.AddHold();
-        upstream_.StartWrite(&request_);
-      }
-    } else {
-      upstream_.StartWritesDone();
+    const auto id = up_->submit_request(headers, to_backend_, shared_from_this());
+    if (id <= 0) {
+      backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
+      return on_client_stream_closed(NGHTTP2_INTERNAL_ERROR, std::string("cannot open a stream: ") + nghttp2_strerror(id));
     }
-    upstream_.StartCall();
+    up_stream_ = id;
+    to_client_.producer_stream = id;
   }
 
-  /// Copies the backend's initial metadata onto the client call.
-  void pass_headers() {
-    const auto& md = client_ctx_.GetServerInitialMetadata();
-    got_headers_ = got_headers_ || !md.empty();
-    for (const auto& [k, v] : md) {
-      if (!transport_header(view(k)))
-        ctx_->AddInitialMetadata(std::string(view(k)), std::string(view(v)));
-    }
+  /// Stops the backend stream (the client is gone, or scg answered).
+  void cancel_backend() {
+    to_client_.drop();
+    if (up_ && up_stream_ > 0 && !up_closed_) up_->reset(up_stream_, NGHTTP2_CANCEL);
   }
 
-  void on_backend_headers(bool ok) {
-    if (!ok) {  // trailers-only answer: on_backend_done has it all
-      std::lock_guard lock{mu_};
-      backend_eof_ = true;
-      if (!end_response_flow_locked()) return;
-    } else {
-      got_headers_ = true;
-      pass_headers();
-      // A stream shows the backend's headers at once (a long query shows
-      // them before its first result).
-      return StartSendInitialMetadata();
-    }
-    upstream_.RemoveHold();
-  }
-
-  // The response flow is double-buffered: while one message is written to
-  // the client, the next is read from the backend — one read and one write
-  // in flight, no more, so a slow client slows the backend.
-
-  void start_backend_read() {
-    {
-      std::lock_guard lock{mu_};
-      backend_reading_ = true;
-    }
-    upstream_.StartRead(&response_[read_slot_]);
-  }
-
-  void on_backend_message(bool ok) {
-    if (ok && responses_++ == 0) learn_from_first_response(response_[read_slot_]);
-    if (ok) core::bump(core::global_metrics().forward_response_bytes_total, response_[read_slot_].Length());
-    int write = -1, read = -1;
-    bool end_flow = false;
-    {
-      std::lock_guard lock{mu_};
-      backend_reading_ = false;
-      if (!ok) {
-        backend_eof_ = true;
-        end_flow = end_response_flow_locked();
-      } else if (client_gone_) {
-        end_flow = end_response_flow_locked();
-      } else if (client_writing_) {
-        parked_ = true;  // written when the write in flight completes
-      } else {
-        write = take_read_slot_locked();
-        read = read_slot_;
-      }
-    }
-    if (end_flow) return upstream_.RemoveHold();
-    if (write >= 0) StartWrite(&response_[write]);
-    if (read >= 0) upstream_.StartRead(&response_[read]);
-  }
-
-  /// Hands the slot just read to the writer and flips reads to the other
-  /// slot; marks both directions busy.
-  int take_read_slot_locked() {
-    int slot = read_slot_;
-    read_slot_ ^= 1;
-    client_writing_ = true;
-    backend_reading_ = true;
-    return slot;
-  }
-
-  /// True once, when the response flow is over: no backend read in flight
-  /// and none to come.
-  bool end_response_flow_locked() {
-    if (flow_ended_ || backend_reading_ || !(backend_eof_ || client_gone_)) return false;
-    flow_ended_ = true;
-    return true;
-  }
-
-  void on_backend_write_done(bool ok) {
-    if (single_request(rpc_)) return;
-    // A failed write means the backend call ended; on_backend_done says why.
-    if (ok)
-      StartRead(&request_);
-    else
-      upstream_.RemoveHold();
-  }
-
-  void on_backend_done(const grpc::Status& status) {
-    backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    grpc::Status out = status;
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !got_headers_) {
-      // Nothing came from the backend: the gateway could not reach it.
-      core::bump(core::global_metrics().forward_backend_unavailable_total);
-      backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
-      out = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                         "scg: backend " + backend_->name + " (" + backend_->address +
-                             ") is unavailable: " + status.error_message(),
-                         status.error_details());
-      log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_,
-                rpc_name(rpc_), backend_->name, status.error_message());
-    }
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && execution_limit_ &&
-        std::chrono::system_clock::now() >= *execution_limit_)
-      out = kill_execution();
-    if (bad_stream_message_)
-      out = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                         std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
-    if (status.ok()) learn_from_success();
-    for (const auto& [k, v] : client_ctx_.GetServerTrailingMetadata()) {
-      if (!transport_header(view(k)))
-        ctx_->AddTrailingMetadata(std::string(view(k)), std::string(view(v)));
-    }
-    log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_),
-               backend_->name, core::status_code_name(out.error_code()));
-    bool now;
-    {
-      std::lock_guard lock{mu_};
-      now = !client_writing_;
-      if (!now) finish_pending_ = out;  // OnWriteDone finishes
-    }
-    if (now) finish(out);
-    release();
-  }
-
-  // --- learning from the conversation ------------------------------------------
+  // --- learning from the conversation -------------------------------------------------
 
   void learn_operation(const std::string& op_id) {
     operation_id_ = op_id;
@@ -580,10 +638,16 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     fx_.router->operation_started(key_, op_id);
   }
 
-  void learn_from_first_response(const grpc::ByteBuffer& msg) {
+  void learn_from_first_response(const held_message& msg) {
     if (rpc_ != rpc::execute_plan && rpc_ != rpc::clone_session) return;
     response_fields f;
-    if (!scan_response(rpc_, segments_of(msg, slices_), f)) return;  // passed on as is
+    auto ok = [&] {
+      if (!msg.header.compressed) return bool(scan_response(rpc_, msg.body(), f));
+      auto body = readable_body(msg, response_encoding_);
+      if (!body) return false;
+      return bool(scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f));
+    }();
+    if (!ok) return;  // passed on as is
     if (rpc_ == rpc::execute_plan && fields_.operation_id.empty() && !f.operation_id.empty())
       learn_operation(f.operation_id);
     if (rpc_ == rpc::clone_session) {
@@ -596,44 +660,43 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
   void learn_from_success() {
     if (rpc_ == rpc::release_session && !fields_.session_id.empty()) {
       fx_.router->session_released(key_);
-    } else if (rpc_ == rpc::release_execute && fields_.release_all &&
-               fx_.table->erase_op(fields_.operation_id)) {
+    } else if (rpc_ == rpc::release_execute && fields_.release_all && fx_.table->erase_op(fields_.operation_id)) {
       core::bump(core::global_metrics().router_operations_released_total);
       fx_.router->operation_released(key_, fields_.operation_id);
     }
   }
 
-  // --- security and overload ----------------------------------------------------
+  // --- security and overload ----------------------------------------------------------
 
-  /// Checks the caller's credential and resolves the tenant; false when the
-  /// call was refused (UNAUTHENTICATED, with a reason that leaks nothing).
-  bool authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
-    if (!fx_.auth) return true;
-    std::optional<std::string_view> authorization;
-    if (auto it = md.find("authorization"); it != md.end()) authorization = view(it->second);
-    auto headers = [&md](std::string_view key) -> std::optional<std::string_view> {
-      auto it = md.find(grpc::string_ref(key.data(), key.size()));
-      if (it == md.end()) return std::nullopt;
-      return view(it->second);
-    };
-    auto r = fx_.auth->authenticate(authorization, headers);
+  std::optional<std::string_view> find_header(std::string_view key) const {
+    for (const auto& h : metadata_)
+      if (h.name == key) return std::string_view(h.value);
+    return std::nullopt;
+  }
+
+  /// Checks the caller's credential and resolves the tenant; refuses the
+  /// call (UNAUTHENTICATED, with a reason that leaks nothing) when it fails.
+  void authenticate() {
+    if (!fx_.auth) return;
+    auto r = fx_.auth->authenticate(find_header("authorization"),
+                                    [this](std::string_view key) { return find_header(key); });
     if (auto* fail = std::get_if<auth::failure>(&r)) {
       core::bump(core::global_metrics().auth_failures_total);
       core::audit("auth.failure", {{"rpc", rpc_name(rpc_)}, {"reason", fail->reason}, {"request_id", request_id_},
-                                   {"peer", ctx_->peer()}});
-      finish_local(grpc::StatusCode::UNAUTHENTICATED, "scg: " + fail->reason);
-      return false;
+                                   {"peer", down_->peer()}});
+      return finish_local(grpc::StatusCode::UNAUTHENTICATED, "scg: " + fail->reason);
     }
     identity_ = std::get<auth::identity>(std::move(r));
-    return true;
   }
 
   /// Puts the verified user into a request message; false when it is not
   /// valid protobuf.
-  bool rewrite_user(grpc::ByteBuffer& msg) {
-    auto rewritten = auth::rewrite_user_id(flatten(msg), identity_.user_id);
+  bool rewrite_user(held_message& msg) {
+    auto body = readable_body(msg, request_encoding_);
+    if (!body) return false;
+    auto rewritten = auth::rewrite_user_id(*body, identity_.user_id);
     if (!rewritten) return false;
-    msg = buffer_of(*rewritten);
+    msg = message_of(*rewritten);
     return true;
   }
 
@@ -672,45 +735,61 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     return true;
   }
 
+  /// The deadline or the execution limit came (whichever is first).
+  void arm_timer(std::chrono::steady_clock::time_point at) {
+    if (!deadline_ || at < *deadline_) deadline_ = at;
+    if (!timer_) timer_ = std::make_unique<asio::steady_timer>(w_.io());
+    timer_->expires_at(*deadline_);
+    timer_->async_wait([weak = weak_from_this()](const asio::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->finished_) return;
+      if (self->execution_limit_ && std::chrono::steady_clock::now() >= *self->execution_limit_) {
+        self->kill_execution();
+      } else {
+        self->finish_local(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+      }
+      self->w_.flush_dirty();
+    });
+  }
+
   /// The execution outlived max_execution_secs: the backend is told to stop
   /// it, the client why its stream ended.
-  grpc::Status kill_execution() {
+  void kill_execution() {
     const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
     const auto& op = !operation_id_.empty() ? operation_id_ : fields_.operation_id;
     if (!op.empty())
-      send_interrupt(*backend_, fields_.session_id, fields_.user_id, op,
-                     fx_.backend_tokens.for_tenant(identity_.tenant), request_id_);
+      send_interrupt(*backend_, fields_.session_id, fields_.user_id, op, fx_.backend_tokens.for_tenant(identity_.tenant),
+                     request_id_);
     core::bump(core::global_metrics().executions_killed_total);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"operation", op},
                                      {"backend", backend_->name}, {"request_id", request_id_}});
-    log_.warn("execution_killed request_id={} backend={} operation_id={} limit_secs={}", request_id_,
-              backend_->name, op, secs);
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "scg: the execution ran longer than tenant " + identity_.tenant +
-                            " may (limits.max_execution_secs = " + std::to_string(secs) + "); operation " +
-                            (op.empty() ? std::string("(id unknown)") : op) + " was interrupted");
+    log_.warn("execution_killed request_id={} backend={} operation_id={} limit_secs={}", request_id_, backend_->name,
+              op, secs);
+    finish_local(grpc::StatusCode::DEADLINE_EXCEEDED,
+                 "scg: the execution ran longer than tenant " + identity_.tenant +
+                     " may (limits.max_execution_secs = " + std::to_string(secs) + "); operation " +
+                     (op.empty() ? std::string("(id unknown)") : op) + " was interrupted");
   }
 
   /// Hides the backend's own token if a (pre-4.0) server echoes it in Config.
-  void redact_config() {
-    // Look in place first: answers without the key (Spark 4.0+) are not copied.
-    if (!mentions(response_[0], auth::authenticate_token_key)) return;
-    auto bytes = flatten(response_[0]);
+  void redact_config(held_message& msg) {
+    auto body = readable_body(msg, response_encoding_);
+    if (!body || body->find(auth::authenticate_token_key) == std::string::npos) return;
     std::string redacted;
-    if (auth::redact_config_response(bytes, redacted) != auth::redact_outcome::redacted) return;
-    response_[0] = buffer_of(redacted);
+    if (auth::redact_config_response(*body, redacted) != auth::redact_outcome::redacted) return;
+    msg = message_of(redacted);
     core::bump(core::global_metrics().config_redactions_total);
   }
 
-  // --- tracing (only with a `tracing:` block) -------------------------------------
+  // --- tracing (only with a `tracing:` block) ------------------------------------------
 
   /// Continues the client's trace (its traceparent) or starts one; this
   /// call's span gets a new id, which the backend sees as its parent.
-  void start_span(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+  void start_span() {
     span_start_ns_ = core::unix_now_ns();
     std::optional<core::trace_parent> inbound;
-    if (auto it = md.find("traceparent"); it != md.end()) inbound = core::parse_traceparent(view(it->second));
+    if (auto tp = find_header("traceparent")) inbound = core::parse_traceparent(*tp);
     trace_ = inbound ? *inbound : core::trace_parent{core::new_trace_id(), {}, 1};
     if (inbound) parent_span_ = inbound->span;
     trace_->span = core::new_span_id();
@@ -722,7 +801,7 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     s.trace = trace_->trace;
     s.id = trace_->span;
     s.parent = parent_span_;
-    s.name = ctx_->method();
+    s.name = method_;
     s.start_unix_ns = span_start_ns_;
     s.end_unix_ns = core::unix_now_ns();
     // "/spark.connect.SparkConnectService/ExecutePlan": service, then method.
@@ -741,86 +820,127 @@ class forward_call final : public grpc::ServerGenericBidiReactor {
     fx_.tracer->submit(std::move(s));
   }
 
-  // --- finishing -----------------------------------------------------------------
+  // --- finishing -----------------------------------------------------------------------
+
+  /// The backend's status ends the call; scg replaces it only to say what
+  /// scg did (an execution it cut, a stream message it refused).
+  void finish_with_backend_status(h2::header_list& status, bool trailers_only) {
+    int code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+    for (const auto& h : status)
+      if (h.name == "grpc-status") code = std::atoi(h.value.c_str());
+    if (code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED) && execution_limit_ &&
+        std::chrono::steady_clock::now() >= *execution_limit_)
+      return kill_execution();
+    if (code == 0) learn_from_success();
+    log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_), backend_->name,
+               core::status_code_name(code));
+    finished_ = true;
+    final_code_ = code;
+    if (trailers_only) {
+      down_->submit_response(down_stream_, status, nullptr);
+      to_client_.drop();
+      return;
+    }
+    to_client_.trailers = std::move(status);
+    to_client_.ended = true;
+    down_->resume(down_stream_);
+  }
 
   /// Refuses the call with `code` and a google.rpc.RetryInfo detail, which
   /// Spark clients honour by waiting `delay` before retrying.
   void finish_retry_later(grpc::StatusCode code, const std::string& message, std::chrono::milliseconds delay) {
-    finish(grpc::Status(code, message, auth::retry_status_details(static_cast<int>(code), message, delay)));
+    finish_local(code, message, auth::retry_status_details(static_cast<int>(code), message, delay));
   }
 
-  /// Answers the client with a status scg produced itself (logged by the caller).
-  void finish_local(grpc::StatusCode code, const std::string& message) {
-    finish(grpc::Status(code, message));
-  }
-
-  /// Finishes the client call; a unary answer goes with its response in one
-  /// batch. Called once, with no client write in flight.
-  void finish(const grpc::Status& status) {
-    final_code_ = status.error_code();
-    if (status.ok() && unary_) {
-      core::bump(core::global_metrics().forward_response_bytes_total, response_[0].Length());
-      StartWriteAndFinish(&response_[0], grpc::WriteOptions(), status);
-    } else {
-      Finish(status);
+  /// Ends the call with a status scg produced itself (logged by the caller):
+  /// trailers after what the client already has, or a trailers-only answer;
+  /// the backend stream, if any, is cancelled.
+  void finish_local(grpc::StatusCode code, const std::string& message, const std::string& details = {}) {
+    if (finished_) return;
+    finished_ = true;
+    final_code_ = static_cast<int>(code);
+    cancel_backend();
+    to_backend_.drop();
+    h2::header_list status;
+    if (!response_started_) {
+      status.push_back({":status", "200"});
+      status.push_back({"content-type", "application/grpc"});
     }
+    status.push_back({"grpc-status", std::to_string(static_cast<int>(code))});
+    if (!message.empty()) status.push_back({"grpc-message", h2::percent_encode(message)});
+    if (!details.empty()) status.push_back({"grpc-status-details-bin", h2::base64_encode(details)});
+    if (down_closed_) return;
+    if (!response_started_) {
+      down_->submit_response(down_stream_, status, nullptr);
+      return;
+    }
+    to_client_.trailers = std::move(status);
+    to_client_.ended = true;
+    down_->resume(down_stream_);
   }
 
-  void release() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+ public:
+  /// Cancels the call at the shutdown deadline.
+  void abandon(const std::string& why) {
+    finish_local(grpc::StatusCode::UNAVAILABLE, why);
   }
 
+ private:
   forward_context& fx_;
-  grpc::GenericCallbackServerContext* ctx_;
-  grpc::ClientContext client_ctx_;
-  upstream_reactor upstream_;
+  h2::worker& w_;
+  std::shared_ptr<h2::downstream_connection> down_;
+  const std::int32_t down_stream_;
+  std::shared_ptr<h2::upstream_connection> up_;
+  std::int32_t up_stream_ = 0;
   spdlog::logger& log_;
   const std::chrono::steady_clock::time_point started_;
   std::shared_ptr<actors::backend_state> backend_;
+
+  // the request as it came
+  h2::header_list metadata_;
+  std::string method_, content_type_, request_encoding_, response_encoding_;
+  std::optional<std::chrono::nanoseconds> timeout_;
+  bool bad_method_ = false;
+
+  // the two directions
+  h2::pipe to_backend_, to_client_;
+  h2::message_splitter request_split_, response_split_;
+  held_message request_, response_, first_;
+  std::vector<held_message> waiting_;  // messages that came while routing
+  bool in_request_ = false, hold_request_ = false, in_response_ = false, hold_response_ = false;
+  h2::header_list response_headers_, backend_trailers_;
+
+  // progress
+  bool routing_ = false, routed_ = false, has_first_message_ = false, request_ended_ = false;
+  bool response_started_ = false, got_headers_ = false, finished_ = false;
+  bool down_closed_ = false, up_closed_ = false;
+  bool streaming_ = false;  // counted in active streams
+  std::optional<std::chrono::steady_clock::time_point> deadline_, execution_limit_;
+  std::unique_ptr<asio::steady_timer> timer_;
 
   rpc rpc_ = rpc::unknown;
   std::string request_id_;
   std::string key_;
   request_fields fields_;
-  grpc::ByteBuffer request_;      // client → backend, one message in flight
-  grpc::ByteBuffer response_[2];  // backend → client: one being read, one being written
-  std::vector<grpc::Slice> slices_;
-  bool routed_ = false;
-  bool has_first_message_ = false;
-  bool got_headers_ = false;  // the backend answered with headers: it was reached
-  bool unary_ = false;        // forwarded as a unary call (start_unary)
-  bool streaming_ = false;    // forwarded as a stream (start_stream): counted in active streams
-  std::uint64_t responses_ = 0;
   backend_index backend_index_ = 0;
   int final_code_ = 0;
   auth::identity identity_{"", "", false};  // who calls, for which tenant
   std::string operation_id_;                // the execution's id, once known
-  std::optional<std::chrono::system_clock::time_point> execution_limit_;  // max_execution_secs
   bool holds_execution_slot_ = false;
-  bool bad_stream_message_ = false;  // a streamed message was not valid protobuf
-  std::optional<core::trace_parent> trace_;  // this call's trace and span id; set only when tracing
+  std::optional<core::trace_parent> trace_;   // this call's trace and span id; set only when tracing
   std::optional<core::span_id> parent_span_;  // the client's span; absent for a root span
   std::int64_t span_start_ns_ = 0;
-
-  std::mutex mu_;  // guards what both sides touch, below
-  bool upstream_started_ = false;
-  bool cancelled_ = false;
-  int read_slot_ = 0;             // response_ slot the next backend read fills
-  bool backend_reading_ = false;  // a backend read is in flight
-  bool client_writing_ = false;   // a client write is in flight
-  bool parked_ = false;           // a message read, waiting for the client write
-  bool backend_eof_ = false;      // the backend sent its last message
-  bool client_gone_ = false;      // the client cannot take more
-  bool flow_ended_ = false;       // the response-flow hold was removed
-  std::optional<grpc::Status> finish_pending_;
-  std::atomic<int> refs_{1};  // the client side; the backend side adds one
 };
 
 }  // namespace
 
-grpc::ServerGenericBidiReactor* start_forward(forward_context& fx,
-                                              grpc::GenericCallbackServerContext* ctx) {
-  return new forward_call(fx, ctx);
+std::shared_ptr<h2::server_stream> start_forward(forward_context& fx, h2::downstream_connection& down,
+                                                 std::int32_t stream) {
+  return std::make_shared<forward_call>(fx, down, stream);
+}
+
+void abandon_call(h2::server_stream& call, const std::string& why) {
+  static_cast<forward_call&>(call).abandon(why);
 }
 
 }  // namespace scg::net

@@ -1,6 +1,6 @@
 #pragma once
-// The forwarder: one gRPC reactor type carries every Spark Connect RPC, known
-// or not, from a client to the backend that holds its session and back.
+// The forwarder: one call type carries every Spark Connect RPC, known or not,
+// from a client's HTTP/2 stream to the backend that holds its session and back.
 
 #include <atomic>
 #include <cstdint>
@@ -25,12 +25,10 @@ class authenticator;
 class rate_limiter;
 }  // namespace scg::auth
 
-namespace grpc {
-class ByteBuffer;
-class GenericCallbackServerContext;
-template <class Request, class Response>
-class ServerBidiReactor;
-}  // namespace grpc
+namespace scg::net::h2 {
+class downstream_connection;
+class server_stream;
+}  // namespace scg::net::h2
 
 namespace scg::net {
 
@@ -79,9 +77,12 @@ struct forward_context {
   core::span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched
 };
 
-/// Starts forwarding the call behind `ctx`; the reactor deletes itself when
-/// both the client and the backend side are done.
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* start_forward(forward_context& fx,
-                                              grpc::GenericCallbackServerContext* ctx);
+/// The call for a new request stream of `down`; it lives until both its
+/// client stream and its backend stream have closed.
+std::shared_ptr<h2::server_stream> start_forward(forward_context& fx, h2::downstream_connection& down,
+                                                 std::int32_t stream);
+
+/// Ends a call still open at the shutdown deadline with UNAVAILABLE and `why`.
+void abandon_call(h2::server_stream& call, const std::string& why);
 
 }  // namespace scg::net

@@ -1,6 +1,7 @@
 #pragma once
-// The front door: the gRPC server that takes every call on bind_addr and
-// hands it to the forwarder.
+// The front door: the HTTP/2 server on bind_addr (plaintext, TLS or mutual
+// TLS) whose worker threads take every client connection and hand each
+// request stream to the forwarder.
 
 #include <chrono>
 #include <memory>
@@ -9,30 +10,27 @@
 #include "config/config.hpp"
 #include "net/forwarder.hpp"
 
-namespace grpc {
-class Server;
-}
-
 namespace scg::net {
 
 class front_door {
  public:
-  /// Listens on cfg.bind_addr; throws std::runtime_error naming the address
-  /// when it cannot bind (start-up only, never on the data path).
+  /// Listens on cfg.bind_addr with one worker per core; throws
+  /// std::runtime_error naming the address when it cannot bind (start-up
+  /// only, never on the data path).
   front_door(const config::gateway& cfg, forward_context& fx);
   ~front_door();
 
   /// The port actually bound (differs from the config when it asked for 0).
   int port() const { return port_; }
 
-  /// Stops taking calls, lets calls in flight run until `deadline`, then
-  /// cancels the rest; returns when all are done.
+  /// Stops taking connections, tells clients to open no new streams, lets
+  /// calls in flight run until `deadline`, then ends the rest with
+  /// UNAVAILABLE; returns when all are done.
   void shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  struct service;
-  std::unique_ptr<service> service_;
-  std::unique_ptr<grpc::Server> server_;
+  struct impl;
+  std::unique_ptr<impl> impl_;
   int port_ = 0;
 };
 

@@ -11,7 +11,7 @@ packages=(
   build-essential cmake pkg-config
   libcaf-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
-  catch2 libasio-dev libssl-dev libjemalloc-dev
+  catch2 libasio-dev libssl-dev libjemalloc-dev libnghttp2-dev zlib1g-dev
   curl procps iproute2 python3 python3-yaml openssl
   chromium prometheus
 )

@@ -1,0 +1,129 @@
+#pragma once
+// Bytes that cross the gateway without being copied: a socket read lands in a
+// chunk, and the DATA payloads found in it travel to the other connection as
+// slices that share the chunk. One worker thread owns a chunk and its slices,
+// so the reference count is a plain integer.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <string_view>
+#include <utility>
+
+namespace scg::net::h2 {
+
+/// A reference-counted block of bytes, allocated with its header.
+struct chunk {
+  std::size_t capacity;
+  int refs;
+  char* data() { return reinterpret_cast<char*>(this + 1); }
+
+  static chunk* make(std::size_t capacity) {
+    void* p = std::malloc(sizeof(chunk) + capacity);
+    if (!p) throw std::bad_alloc();
+    return new (p) chunk{capacity, 1};
+  }
+  static chunk* copy_of(std::string_view bytes) {
+    chunk* c = make(bytes.size());
+    if (!bytes.empty()) std::memcpy(c->data(), bytes.data(), bytes.size());
+    return c;
+  }
+  void ref() { ++refs; }
+  void unref() {
+    if (--refs == 0) std::free(this);
+  }
+};
+
+/// A view of bytes inside a chunk that keeps the chunk alive.
+class slice {
+ public:
+  slice() = default;
+  /// Shares `c` (takes a new reference).
+  slice(chunk* c, std::size_t offset, std::size_t size) : c_(c), off_(offset), size_(size) { c_->ref(); }
+  /// Takes over the caller's reference to `c`.
+  static slice adopt(chunk* c, std::size_t size) {
+    slice s;
+    s.c_ = c;
+    s.size_ = size;
+    return s;
+  }
+  static slice copy_of(std::string_view bytes) { return adopt(chunk::copy_of(bytes), bytes.size()); }
+
+  slice(const slice& o) : c_(o.c_), off_(o.off_), size_(o.size_) {
+    if (c_) c_->ref();
+  }
+  slice(slice&& o) noexcept : c_(std::exchange(o.c_, nullptr)), off_(o.off_), size_(std::exchange(o.size_, 0)) {}
+  slice& operator=(slice o) noexcept {
+    std::swap(c_, o.c_);
+    std::swap(off_, o.off_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~slice() {
+    if (c_) c_->unref();
+  }
+
+  const char* data() const { return c_ ? c_->data() + off_ : nullptr; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data(), size_}; }
+
+  /// The first `n` bytes as a slice of their own; this keeps the rest.
+  slice take_front(std::size_t n) {
+    slice front(*this);
+    front.size_ = n;
+    off_ += n;
+    size_ -= n;
+    return front;
+  }
+
+ private:
+  chunk* c_ = nullptr;
+  std::size_t off_ = 0;
+  std::size_t size_ = 0;
+};
+
+/// A FIFO of slices with its byte count.
+class slice_queue {
+ public:
+  void push(slice s) {
+    if (s.empty()) return;
+    bytes_ += s.size();
+    q_.push_back(std::move(s));
+  }
+  /// Moves up to `n` bytes from the front to `out` (a callable taking a slice).
+  template <class F>
+  std::size_t pop(std::size_t n, F&& out) {
+    std::size_t moved = 0;
+    while (moved < n && !q_.empty()) {
+      auto& front = q_.front();
+      if (front.size() <= n - moved) {
+        moved += front.size();
+        out(std::move(front));
+        q_.pop_front();
+      } else {
+        const auto part = n - moved;
+        out(front.take_front(part));
+        moved += part;
+      }
+    }
+    bytes_ -= moved;
+    return moved;
+  }
+  void clear() {
+    q_.clear();
+    bytes_ = 0;
+  }
+  std::size_t bytes() const { return bytes_; }
+  bool empty() const { return bytes_ == 0; }
+  const std::deque<slice>& items() const { return q_; }
+
+ private:
+  std::deque<slice> q_;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace scg::net::h2

@@ -1,0 +1,568 @@
+#include "net/h2/connection.hpp"
+
+#include <algorithm>
+
+#include "net/h2/endpoints.hpp"
+#include "net/h2/worker.hpp"
+
+namespace scg::net::h2 {
+
+namespace {
+
+/// Batches larger than this wait for the write in flight before taking more frames.
+constexpr std::size_t max_batch_bytes = 1u << 20;
+
+std::vector<nghttp2_nv> nv_of(const header_list& headers) {
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(headers.size());
+  for (const auto& h : headers)
+    nv.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(h.name.data())),
+                  reinterpret_cast<std::uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(), h.value.size(),
+                  NGHTTP2_NV_FLAG_NONE});
+  return nv;
+}
+
+std::string_view sv(const std::uint8_t* p, std::size_t n) { return {reinterpret_cast<const char*>(p), n}; }
+
+}  // namespace
+
+// --- pipes --------------------------------------------------------------------
+
+std::size_t pipe::framed(std::size_t n) {
+  std::size_t owed = 0;
+  while (n > 0 && !runs_.empty()) {
+    auto& r = runs_.front();
+    const auto take = std::min(n, r.left);
+    if (r.owed) owed += take;
+    r.left -= take;
+    n -= take;
+    if (r.left == 0) runs_.pop_front();
+  }
+  return owed;
+}
+
+void pipe::drop() {
+  const auto owed = framed(data.bytes());
+  if (auto p = producer.lock(); p && owed > 0) p->consume(producer_stream, owed);
+  data.clear();
+}
+
+// --- the connection -------------------------------------------------------------
+
+connection::connection(worker& w, asio::ip::tcp::socket s) : w_(w), plain_(std::move(s)) {}
+
+connection::connection(worker& w, std::unique_ptr<tls_socket> s)
+    : w_(w), tls_(std::move(s)), tls_buf_(16384) {}
+
+connection::~connection() {
+  if (session_) nghttp2_session_del(session_);
+}
+
+asio::ip::tcp::socket& connection::raw_socket() { return tls_ ? tls_->next_layer() : *plain_; }
+
+std::string connection::peer() const {
+  asio::error_code ec;
+  auto ep = const_cast<connection*>(this)->raw_socket().remote_endpoint(ec);
+  if (ec) return "unknown";
+  if (ep.address().is_v6()) return "ipv6:[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
+  return "ipv4:" + ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+void connection::batch::add_ctrl(const std::uint8_t* p, std::size_t n) {
+  if (!pieces.empty() && pieces.back().bytes.empty() && pieces.back().ctrl_off + pieces.back().ctrl_len == ctrl.size()) {
+    pieces.back().ctrl_len += n;
+  } else {
+    pieces.push_back({slice(), ctrl.size(), n});
+  }
+  ctrl.append(reinterpret_cast<const char*>(p), n);
+  bytes += n;
+}
+
+void connection::batch::add_slice(slice s) {
+  bytes += s.size();
+  pieces.push_back({std::move(s), 0, 0});
+}
+
+nghttp2_session_callbacks* connection::base_callbacks() {
+  nghttp2_session_callbacks* cbs = nullptr;
+  nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session_callbacks_set_send_data_callback(cbs, &connection::on_send_data);
+  return cbs;
+}
+
+nghttp2_data_provider connection::provider(pipe& p) {
+  nghttp2_data_provider prd;
+  prd.source.ptr = &p;
+  prd.read_callback = &connection::on_read_data;
+  return prd;
+}
+
+ssize_t connection::on_read_data(nghttp2_session* session, std::int32_t stream, std::uint8_t*, std::size_t length,
+                                 std::uint32_t* flags, nghttp2_data_source* source, void*) {
+  auto* p = static_cast<pipe*>(source->ptr);
+  const std::size_t n = std::min(length, p->data.bytes());
+  if (n == 0 && !p->ended) return NGHTTP2_ERR_DEFERRED;
+  if (n > 0) *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == p->data.bytes() && p->ended) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (p->trailers) {
+      *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      auto nv = nv_of(*p->trailers);
+      nghttp2_submit_trailer(session, stream, nv.data(), nv.size());
+    }
+  }
+  return static_cast<ssize_t>(n);
+}
+
+int connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const std::uint8_t* framehd, std::size_t length,
+                             nghttp2_data_source* source, void* user) {
+  auto* self = static_cast<connection*>(user);
+  auto* p = static_cast<pipe*>(source->ptr);
+  self->filling_.add_ctrl(framehd, 9);
+  const std::size_t pad = frame->data.padlen;
+  if (pad > 0) {
+    const std::uint8_t len = static_cast<std::uint8_t>(pad - 1);
+    self->filling_.add_ctrl(&len, 1);
+  }
+  p->data.pop(length, [self](slice s) { self->filling_.add_slice(std::move(s)); });
+  if (pad > 1) {
+    static const std::uint8_t zeros[256] = {};
+    self->filling_.add_ctrl(zeros, pad - 1);
+  }
+  if (const auto owed = p->framed(length); owed > 0)
+    if (auto producer = p->producer.lock()) producer->consume(p->producer_stream, owed);
+  return 0;
+}
+
+void connection::dirty() {
+  if (dirty_ || closed_) return;
+  dirty_ = true;
+  w_.mark_dirty(shared_from_this());
+}
+
+void connection::consume(std::int32_t stream, std::size_t n) {
+  if (closed_ || n == 0) return;
+  if (nghttp2_session_consume(session_, stream, n) != 0) nghttp2_session_consume_connection(session_, n);
+  dirty();
+}
+
+void connection::resume(std::int32_t stream) {
+  if (closed_) return;
+  nghttp2_session_resume_data(session_, stream);
+  dirty();
+}
+
+void connection::reset(std::int32_t stream, std::uint32_t code) {
+  if (closed_) return;
+  nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, code);
+  dirty();
+}
+
+void connection::close(const std::string& why) {
+  if (closed_) return;
+  closed_ = true;
+  closed_why_ = why;
+  asio::error_code ignored;
+  raw_socket().close(ignored);
+  on_closed(why);
+}
+
+void connection::start_reading() { read_more(); }
+
+void connection::read_more() {
+  if (closed_) return;
+  auto self = shared_from_this();
+  if (tls_) {
+    tls_->async_read_some(asio::buffer(tls_buf_), [this, self](const asio::error_code& ec, std::size_t n) {
+      if (ec) {
+        close(ec == asio::error::eof ? "the peer closed the connection" : ec.message());
+      } else {
+        feed(tls_buf_.data(), n);
+        read_more();
+      }
+      w_.flush_dirty();
+    });
+    return;
+  }
+  // Plain TCP: wait until readable, then read into the worker's chunk, so
+  // an idle connection holds no buffer and DATA payloads are never copied.
+  plain_->async_wait(asio::ip::tcp::socket::wait_read, [this, self](const asio::error_code& ec) {
+    if (ec) {
+      close(ec.message());
+      w_.flush_dirty();
+      return;
+    }
+    for (int round = 0; round < 4 && !closed_; ++round) {
+      std::size_t free = 0;
+      char* space = w_.read_space(free);
+      asio::error_code rec;
+      const std::size_t n = plain_->read_some(asio::buffer(space, free), rec);
+      if (rec == asio::error::would_block || rec == asio::error::try_again) break;
+      if (rec) {
+        close(rec == asio::error::eof ? "the peer closed the connection" : rec.message());
+        break;
+      }
+      reading_ = w_.read_chunk();
+      feed(space, n);
+      reading_ = nullptr;
+      w_.read_done(n);
+      if (n < free) break;  // drained for now
+    }
+    read_more();
+    w_.flush_dirty();
+  });
+}
+
+slice connection::slice_of(const std::uint8_t* data, std::size_t n) {
+  const char* p = reinterpret_cast<const char*>(data);
+  if (reading_ && p >= reading_->data() && p + n <= reading_->data() + reading_->capacity)
+    return slice(reading_, static_cast<std::size_t>(p - reading_->data()), n);
+  return slice::copy_of({p, n});
+}
+
+void connection::feed(const char* data, std::size_t n) {
+  const auto rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const std::uint8_t*>(data), n);
+  if (rv < 0) return close(std::string("HTTP/2 error: ") + nghttp2_strerror(static_cast<int>(rv)));
+  dirty();
+}
+
+void connection::flush() {
+  dirty_ = false;
+  if (closed_ || !session_) return;
+  while (!(write_pending_ && filling_.bytes >= max_batch_bytes)) {
+    const std::uint8_t* data = nullptr;
+    const auto n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) return close(std::string("HTTP/2 error: ") + nghttp2_strerror(static_cast<int>(n)));
+    if (n == 0) break;
+    filling_.add_ctrl(data, static_cast<std::size_t>(n));
+  }
+  if (!writable_) return;
+  if (!write_pending_ && filling_.bytes > 0) return start_write();
+  if (!write_pending_ && !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_))
+    close("the HTTP/2 session ended");
+}
+
+void connection::start_write() {
+  std::swap(filling_, writing_);
+  write_pending_ = true;
+  std::vector<asio::const_buffer> iov;
+  iov.reserve(writing_.pieces.size());
+  for (const auto& p : writing_.pieces) {
+    if (!p.bytes.empty())
+      iov.emplace_back(p.bytes.data(), p.bytes.size());
+    else
+      iov.emplace_back(writing_.ctrl.data() + p.ctrl_off, p.ctrl_len);
+  }
+  auto done = [this, self = shared_from_this()](const asio::error_code& ec, std::size_t) {
+    write_pending_ = false;
+    writing_.clear();
+    if (ec)
+      close(ec.message());
+    else
+      flush();
+    w_.flush_dirty();
+  };
+  if (tls_)
+    asio::async_write(*tls_, iov, std::move(done));
+  else
+    asio::async_write(*plain_, iov, std::move(done));
+}
+
+// --- downstream: a client of scg -------------------------------------------------
+
+downstream_connection::downstream_connection(worker& w, asio::ip::tcp::socket s, const call_factory& make,
+                                             const tuning& t)
+    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes) {
+  init(t);
+}
+
+downstream_connection::downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make,
+                                             const tuning& t)
+    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes), tls_(true) {
+  init(t);
+}
+
+downstream_connection::~downstream_connection() = default;
+
+void downstream_connection::init(const tuning& t) {
+  static nghttp2_session_callbacks* cbs = [] {
+    auto* c = base_callbacks();
+    nghttp2_session_callbacks_set_on_begin_headers_callback(c, &on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
+    return c;
+  }();
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  nghttp2_option_set_no_auto_window_update(opt, 1);
+  nghttp2_session_server_new2(&session_, cbs, this, opt);
+  nghttp2_option_del(opt);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, t.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, t.max_header_bytes},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
+}
+
+void downstream_connection::start() {
+  asio::error_code ignored;
+  raw_socket().set_option(asio::ip::tcp::no_delay(true), ignored);
+  raw_socket().non_blocking(true, ignored);
+  dirty();
+  start_reading();
+}
+
+server_stream* downstream_connection::find(std::int32_t stream) {
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+bool downstream_connection::submit_response(std::int32_t stream, const header_list& headers, pipe* body) {
+  if (closed()) return false;
+  auto nv = nv_of(headers);
+  int rv;
+  if (body) {
+    auto prd = provider(*body);
+    rv = nghttp2_submit_response(session_, stream, nv.data(), nv.size(), &prd);
+  } else {
+    rv = nghttp2_submit_response(session_, stream, nv.data(), nv.size(), nullptr);
+  }
+  dirty();
+  return rv == 0;
+}
+
+void downstream_connection::go_away() {
+  if (closed()) return;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
+                        NGHTTP2_NO_ERROR, nullptr, 0);
+  dirty();
+}
+
+std::vector<std::shared_ptr<server_stream>> downstream_connection::calls() const {
+  std::vector<std::shared_ptr<server_stream>> out;
+  for (const auto& [id, c] : streams_) out.push_back(c);
+  return out;
+}
+
+void downstream_connection::on_closed(const std::string&) {
+  auto streams = std::move(streams_);
+  streams_.clear();
+  header_bytes_.clear();
+  for (auto& [id, c] : streams) c->on_server_stream_closed(NGHTTP2_CANCEL);
+}
+
+int downstream_connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<downstream_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  self->streams_[frame->hd.stream_id] = self->make_(*self, frame->hd.stream_id);
+  return 0;
+}
+
+int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
+                                     std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+                                     std::uint8_t, void* user) {
+  auto* self = static_cast<downstream_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: none in gRPC
+  auto* c = self->find(frame->hd.stream_id);
+  if (!c) return 0;
+  auto& total = self->header_bytes_[frame->hd.stream_id];
+  total += namelen + valuelen + 32;
+  if (total > self->max_header_bytes_) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+  c->on_request_header(sv(name, namelen), sv(value, valuelen));
+  return 0;
+}
+
+int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<downstream_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  auto* c = self->find(frame->hd.stream_id);
+  if (!c) return 0;
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    self->header_bytes_.erase(frame->hd.stream_id);
+    c->on_request_headers_done();
+    c = self->find(frame->hd.stream_id);  // the call may have ended already
+  }
+  if (c && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) c->on_request_end();
+  return 0;
+}
+
+int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
+                                         const std::uint8_t* data, std::size_t len, void* user) {
+  auto* self = static_cast<downstream_connection*>(user);
+  if (auto* c = self->find(stream))
+    c->on_request_data(self->slice_of(data, len));
+  else
+    nghttp2_session_consume_connection(session, len);
+  return 0;
+}
+
+int downstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
+                                           void* user) {
+  auto* self = static_cast<downstream_connection*>(user);
+  self->header_bytes_.erase(stream);
+  auto it = self->streams_.find(stream);
+  if (it == self->streams_.end()) return 0;
+  auto c = std::move(it->second);
+  self->streams_.erase(it);
+  c->on_server_stream_closed(error_code);
+  return 0;
+}
+
+// --- upstream: scg's connection to a backend ----------------------------------------
+
+upstream_connection::upstream_connection(worker& w, std::string address, std::chrono::milliseconds connect_timeout,
+                                         const tuning& t)
+    : connection(w, asio::ip::tcp::socket(w.io())),
+      address_(std::move(address)),
+      connect_timeout_(connect_timeout),
+      resolver_(w.io()),
+      timer_(w.io()) {
+  static nghttp2_session_callbacks* cbs = [] {
+    auto* c = base_callbacks();
+    nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
+    return c;
+  }();
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  nghttp2_option_set_no_auto_window_update(opt, 1);
+  nghttp2_option_set_peer_max_concurrent_streams(opt, 1000);
+  nghttp2_session_client_new2(&session_, cbs, this, opt);
+  nghttp2_option_del(opt);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
+  writable_ = false;
+}
+
+upstream_connection::~upstream_connection() = default;
+
+void upstream_connection::connect() {
+  // "host:port" or "[v6]:port".
+  std::string host, port;
+  if (!address_.empty() && address_[0] == '[') {
+    const auto close_at = address_.find(']');
+    if (close_at != std::string::npos) {
+      host = address_.substr(1, close_at - 1);
+      if (close_at + 1 < address_.size() && address_[close_at + 1] == ':') port = address_.substr(close_at + 2);
+    }
+  } else if (const auto colon = address_.rfind(':'); colon != std::string::npos) {
+    host = address_.substr(0, colon);
+    port = address_.substr(colon + 1);
+  }
+  if (host.empty() || port.empty()) return close("bad backend address " + address_ + " (want host:port)");
+  auto self = std::static_pointer_cast<upstream_connection>(shared_from_this());
+  timer_.expires_after(connect_timeout_);
+  timer_.async_wait([this, self](const asio::error_code& ec) {
+    if (ec || writable_ || closed()) return;
+    close("no connection after " + std::to_string(connect_timeout_.count()) + " ms");
+    w_.flush_dirty();
+  });
+  resolver_.async_resolve(host, port, [this, self](const asio::error_code& ec,
+                                                   asio::ip::tcp::resolver::results_type results) {
+    if (closed()) return;
+    if (ec) {
+      close("cannot resolve " + address_ + ": " + ec.message());
+      return w_.flush_dirty();
+    }
+    asio::async_connect(raw_socket(), results, [this, self](const asio::error_code& cec, const asio::ip::tcp::endpoint&) {
+      if (closed()) return;
+      if (cec) {
+        close("cannot connect to " + address_ + ": " + cec.message());
+        return w_.flush_dirty();
+      }
+      connected();
+      w_.flush_dirty();
+    });
+  });
+}
+
+void upstream_connection::connected() {
+  timer_.cancel();
+  asio::error_code ignored;
+  raw_socket().set_option(asio::ip::tcp::no_delay(true), ignored);
+  raw_socket().non_blocking(true, ignored);
+  writable_ = true;
+  dirty();
+  start_reading();
+}
+
+std::int32_t upstream_connection::submit_request(const header_list& headers, pipe& body,
+                                                 std::shared_ptr<client_stream> call) {
+  if (closed()) return NGHTTP2_ERR_INVALID_STATE;
+  auto nv = nv_of(headers);
+  auto prd = provider(body);
+  const auto id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &prd, nullptr);
+  if (id > 0) streams_[id] = std::move(call);
+  dirty();
+  return id;
+}
+
+client_stream* upstream_connection::find(std::int32_t stream) {
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+void upstream_connection::on_closed(const std::string& why) {
+  going_away_ = true;
+  resolver_.cancel();
+  timer_.cancel();
+  auto streams = std::move(streams_);
+  streams_.clear();
+  for (auto& [id, c] : streams) c->on_client_stream_closed(NGHTTP2_INTERNAL_ERROR, why);
+}
+
+int upstream_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
+                                   std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+                                   std::uint8_t, void* user) {
+  auto* self = static_cast<upstream_connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  if (auto* c = self->find(frame->hd.stream_id))
+    c->on_response_header(sv(name, namelen), sv(value, valuelen), frame->headers.cat == NGHTTP2_HCAT_HEADERS);
+  return 0;
+}
+
+int upstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<upstream_connection*>(user);
+  if (frame->hd.type == NGHTTP2_GOAWAY) {
+    self->going_away_ = true;
+    return 0;
+  }
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  if (auto* c = self->find(frame->hd.stream_id))
+    c->on_response_headers_done(frame->headers.cat == NGHTTP2_HCAT_HEADERS,
+                                (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
+  return 0;
+}
+
+int upstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
+                                       const std::uint8_t* data, std::size_t len, void* user) {
+  auto* self = static_cast<upstream_connection*>(user);
+  if (auto* c = self->find(stream))
+    c->on_response_data(self->slice_of(data, len));
+  else
+    nghttp2_session_consume_connection(session, len);
+  return 0;
+}
+
+int upstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
+                                         void* user) {
+  auto* self = static_cast<upstream_connection*>(user);
+  auto it = self->streams_.find(stream);
+  if (it == self->streams_.end()) return 0;
+  auto c = std::move(it->second);
+  self->streams_.erase(it);
+  c->on_client_stream_closed(error_code, self->closed_why_);
+  return 0;
+}
+
+}  // namespace scg::net::h2

@@ -1,0 +1,179 @@
+#pragma once
+// HTTP/2 connections of the data plane: nghttp2 sessions on asio sockets,
+// each owned by one worker thread. A downstream connection is a client of
+// scg (scg is its server); an upstream connection goes to one backend (scg is
+// its client) and multiplexes every call this worker sends there.
+//
+// Flow control is end to end: a connection tells its peer it consumed DATA
+// only once the bytes were framed onto the other connection (the sending
+// side's pipe calls consume on the receiving side), so a slow reader slows
+// its producer and scg buffers at most the HTTP/2 windows.
+
+#include <nghttp2/nghttp2.h>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "net/h2/bytes.hpp"
+
+namespace scg::net::h2 {
+
+class worker;
+class connection;
+
+struct header {
+  std::string name, value;
+};
+using header_list = std::vector<header>;
+
+/// Bytes flowing one way through a forwarded call: received on one
+/// connection, not yet framed on the other.
+struct pipe {
+  slice_queue data;
+  bool ended = false;                  ///< no more data will be pushed
+  std::optional<header_list> trailers;  ///< sent after the data (responses only)
+  /// Where the bytes came from: told when they leave (flow control).
+  std::weak_ptr<connection> producer;
+  std::int32_t producer_stream = 0;
+
+  /// Queues `s`; `owed`: the producer's window gets its bytes back when they
+  /// are framed (false for bytes already given back, or made by scg).
+  void push(slice s, bool owed) {
+    if (s.empty()) return;
+    runs_.push_back({s.size(), owed});
+    data.push(std::move(s));
+  }
+  /// Takes `n` framed bytes off the runs; how many of them were owed.
+  std::size_t framed(std::size_t n);
+  /// Drops what is queued and gives the producer back what it was owed.
+  void drop();
+
+ private:
+  struct run {
+    std::size_t left;
+    bool owed;
+  };
+  std::deque<run> runs_;
+};
+
+/// The events of a forwarded call on its client-facing stream.
+class server_stream {
+ public:
+  virtual ~server_stream() = default;
+  virtual void on_request_header(std::string_view name, std::string_view value) = 0;
+  virtual void on_request_headers_done() = 0;
+  virtual void on_request_data(slice s) = 0;
+  virtual void on_request_end() = 0;
+  /// The stream closed; error_code is the HTTP/2 code (0: a clean end).
+  virtual void on_server_stream_closed(std::uint32_t error_code) = 0;
+};
+
+/// The events of a forwarded call on its backend stream.
+class client_stream {
+ public:
+  virtual ~client_stream() = default;
+  virtual void on_response_header(std::string_view name, std::string_view value, bool trailer) = 0;
+  virtual void on_response_headers_done(bool trailer, bool end_stream) = 0;
+  virtual void on_response_data(slice s) = 0;
+  /// The stream closed; `error_code` is the HTTP/2 code, `why` says what
+  /// happened to the connection when it took the stream with it.
+  virtual void on_client_stream_closed(std::uint32_t error_code, const std::string& why) = 0;
+};
+
+/// The socket and the nghttp2 session of one connection.
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  using tls_socket = asio::ssl::stream<asio::ip::tcp::socket>;
+
+  connection(worker& w, asio::ip::tcp::socket s);
+  connection(worker& w, std::unique_ptr<tls_socket> s);
+  virtual ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  worker& owner() { return w_; }
+  bool closed() const { return closed_; }
+
+  /// Frames what nghttp2 has to send and starts a write (the worker calls it
+  /// for every connection marked dirty, once per event-loop turn).
+  void flush();
+  /// Asks the worker to flush this connection before it waits again.
+  void dirty();
+  /// The peer may send `n` more bytes on `stream` (and on the connection).
+  void consume(std::int32_t stream, std::size_t n);
+  /// Resumes a deferred data source of `stream` (its pipe got bytes or ended).
+  void resume(std::int32_t stream);
+  /// Resets `stream` with HTTP/2 error `code`.
+  void reset(std::int32_t stream, std::uint32_t code);
+  /// Closes the socket now; open streams close with `why`.
+  void close(const std::string& why);
+
+  /// An nghttp2 data source reading `p`: DATA frames carry its slices
+  /// without copying them, and the trailers follow its last byte.
+  nghttp2_data_provider provider(pipe& p);
+
+  /// "ipv4:127.0.0.1:5000", as gRPC names peers.
+  std::string peer() const;
+
+ protected:
+  /// Starts reading (after the session exists and, for TLS, the handshake).
+  void start_reading();
+  /// Every open stream learns that the connection is gone.
+  virtual void on_closed(const std::string& why) = 0;
+  /// Shared nghttp2 callbacks; subclasses add theirs.
+  static nghttp2_session_callbacks* base_callbacks();
+  slice slice_of(const std::uint8_t* data, std::size_t n);
+  asio::ip::tcp::socket& raw_socket();
+
+  worker& w_;
+  nghttp2_session* session_ = nullptr;
+  bool writable_ = true;  // false while an upstream connection is still connecting
+  std::string closed_why_;
+
+ private:
+  struct piece {
+    slice bytes;              // DATA payload, shared with the reading side
+    std::size_t ctrl_off = 0;  // otherwise bytes in ctrl at [ctrl_off, +ctrl_len)
+    std::size_t ctrl_len = 0;
+  };
+  struct batch {
+    std::string ctrl;
+    std::vector<piece> pieces;
+    std::size_t bytes = 0;
+    void add_ctrl(const std::uint8_t* p, std::size_t n);
+    void add_slice(slice s);
+    void clear() {
+      ctrl.clear();
+      pieces.clear();
+      bytes = 0;
+    }
+  };
+  static int on_send_data(nghttp2_session*, nghttp2_frame* frame, const std::uint8_t* framehd, std::size_t length,
+                          nghttp2_data_source* source, void* user);
+  static ssize_t on_read_data(nghttp2_session*, std::int32_t stream, std::uint8_t* buf, std::size_t length,
+                              std::uint32_t* flags, nghttp2_data_source* source, void* user);
+  void read_more();
+  void feed(const char* data, std::size_t n);
+  void start_write();
+
+  std::optional<asio::ip::tcp::socket> plain_;
+  std::unique_ptr<tls_socket> tls_;
+  std::vector<char> tls_buf_;
+  chunk* reading_ = nullptr;  // the worker's chunk while nghttp2 parses it
+  batch filling_, writing_;
+  bool write_pending_ = false;
+  bool closed_ = false;
+  bool dirty_ = false;
+  friend class worker;
+};
+
+}  // namespace scg::net::h2

@@ -1,0 +1,98 @@
+#pragma once
+// The two kinds of data-plane connection: downstream (a client of scg; scg is
+// the HTTP/2 server) and upstream (scg's connection to a backend; scg is the
+// HTTP/2 client).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "net/h2/connection.hpp"
+
+namespace scg::net::h2 {
+
+/// HTTP/2 settings of both kinds of connection.
+struct tuning {
+  std::uint32_t stream_window = 1u << 20;      ///< per stream, each way
+  std::uint32_t connection_window = 16u << 20;  ///< per connection
+  std::uint32_t max_concurrent_streams = 1000;  ///< streams a client may open at once
+  std::uint32_t max_header_bytes = 64u << 10;   ///< a request's header block
+};
+
+class downstream_connection final : public connection {
+ public:
+  /// Makes the call for a new request stream.
+  using call_factory = std::function<std::shared_ptr<server_stream>(downstream_connection&, std::int32_t stream)>;
+
+  downstream_connection(worker& w, asio::ip::tcp::socket s, const call_factory& make, const tuning& t);
+  downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make, const tuning& t);
+  ~downstream_connection() override;
+
+  /// Sends the server preface and starts reading.
+  void start();
+  /// Answers `stream`: `headers`, then `body` (its data, then its trailers);
+  /// without a body the headers end the stream (a trailers-only answer).
+  bool submit_response(std::int32_t stream, const header_list& headers, pipe* body);
+  /// Tells the client to open no new streams; the open ones carry on.
+  void go_away();
+  std::size_t open_streams() const { return streams_.size(); }
+  /// Every open call, for cancelling at the shutdown deadline.
+  std::vector<std::shared_ptr<server_stream>> calls() const;
+
+ private:
+  void init(const tuning& t);
+  void on_closed(const std::string& why) override;
+  static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
+                       const std::uint8_t* value, std::size_t valuelen, std::uint8_t flags, void* user);
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int on_data_chunk(nghttp2_session*, std::uint8_t flags, std::int32_t stream, const std::uint8_t* data,
+                           std::size_t len, void* user);
+  static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
+  server_stream* find(std::int32_t stream);
+
+  call_factory make_;
+  std::uint32_t max_header_bytes_;
+  std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
+  std::unordered_map<std::int32_t, std::size_t> header_bytes_;
+  bool tls_ = false;
+};
+
+class upstream_connection final : public connection {
+ public:
+  upstream_connection(worker& w, std::string address, std::chrono::milliseconds connect_timeout, const tuning& t);
+  ~upstream_connection() override;
+
+  /// Resolves and connects; streams submitted meanwhile wait for it.
+  void connect();
+  /// Opens a stream carrying `headers` and `body`; its events go to `call`.
+  /// The stream id, or a negative nghttp2 error.
+  std::int32_t submit_request(const header_list& headers, pipe& body, std::shared_ptr<client_stream> call);
+  /// False once the connection failed, closed or was told to go away: new
+  /// calls then get a new connection.
+  bool usable() const { return !closed() && !going_away_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  void on_closed(const std::string& why) override;
+  void connected();
+  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
+                       const std::uint8_t* value, std::size_t valuelen, std::uint8_t flags, void* user);
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int on_data_chunk(nghttp2_session*, std::uint8_t flags, std::int32_t stream, const std::uint8_t* data,
+                           std::size_t len, void* user);
+  static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
+  client_stream* find(std::int32_t stream);
+
+  std::string address_;
+  std::chrono::milliseconds connect_timeout_;
+  asio::ip::tcp::resolver resolver_;
+  asio::steady_timer timer_;
+  bool going_away_ = false;
+  std::unordered_map<std::int32_t, std::shared_ptr<client_stream>> streams_;
+};
+
+}  // namespace scg::net::h2

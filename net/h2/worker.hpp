@@ -1,0 +1,80 @@
+#pragma once
+// A data-plane worker: one thread, one asio io_context, the client
+// connections accepted onto it and its own connection to each backend. A call
+// lives on one worker from its first byte to its end, so nothing on the data
+// path crosses threads or takes a lock.
+
+#include <asio.hpp>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/h2/bytes.hpp"
+
+namespace scg::net::h2 {
+
+class connection;
+class downstream_connection;
+class upstream_connection;
+
+class worker {
+ public:
+  explicit worker(int index);
+  ~worker();
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+
+  int index() const { return index_; }
+  asio::io_context& io() { return io_; }
+  void start();
+  /// Stops the loop and joins the thread (handlers not yet run are dropped).
+  void stop();
+
+  /// Runs `f` on this worker's thread, then flushes what it made dirty.
+  template <class F>
+  void post(F&& f) {
+    asio::post(io_, [this, f = std::forward<F>(f)]() mutable {
+      f();
+      flush_dirty();
+    });
+  }
+
+  /// Connections with frames to send; flushed by flush_dirty().
+  void mark_dirty(std::shared_ptr<connection> c) { dirty_.push_back(std::move(c)); }
+  /// Flushes every dirty connection; call at the end of each handler.
+  void flush_dirty();
+
+  /// Where the next socket read lands: at least `min_free` bytes of the
+  /// worker's current chunk (a new chunk once slices hold the old one full).
+  char* read_space(std::size_t& free);
+  chunk* read_chunk() { return chunk_; }
+  void read_done(std::size_t n) { used_ += n; }
+
+  /// This worker's connection to the backend at `index` / `address`,
+  /// connecting a new one when there is none or the last one failed or is
+  /// going away.
+  std::shared_ptr<upstream_connection> upstream(std::size_t index, const std::string& address,
+                                                int connect_timeout_ms);
+
+  /// Client connections, for draining at shutdown.
+  std::vector<std::weak_ptr<downstream_connection>>& downstreams() { return downstreams_; }
+
+  /// Calls on this worker from their first header to their end.
+  std::atomic<std::int64_t> calls{0};
+
+ private:
+  const int index_;
+  asio::io_context io_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  std::vector<std::shared_ptr<connection>> dirty_;
+  chunk* chunk_ = nullptr;
+  std::size_t used_ = 0;
+  std::vector<std::shared_ptr<upstream_connection>> upstreams_;
+  std::vector<std::weak_ptr<downstream_connection>> downstreams_;
+};
+
+}  // namespace scg::net::h2
