@@ -37,6 +37,7 @@ using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released
 
 // router ← session actor
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten
+using idle_atom = caf::atom_constant<caf::atom("idle")>;    // (key): no operations left, actor gone
 
 // self-addressed timers
 using expire_atom = caf::atom_constant<caf::atom("expire")>;  // router → session: idle check
@@ -62,9 +63,12 @@ struct router_settings {
 caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
                         std::shared_ptr<session_table> table, backend_list backends);
 
-/// One live session: its binding, its operations, idle expiry after `ttl_ms`
-/// (checked when the router's sweep sends expire_atom).
-/// Forgets its entries in `table` and tells `router` (ended_atom) when it ends.
+/// One session with live operations: tracks them, expires after `ttl_ms`
+/// idle (checked when the router's sweep sends expire_atom). Forgets its
+/// entries in `table` and tells `router` (ended_atom) when the session ends;
+/// when its last operation ends it tells `router` (idle_atom) and quits, and
+/// the idle session lives on as its binding in `table` and the router's
+/// directory, with no actor (about 0.3 KiB instead of 1.8).
 caf::actor spawn_session(caf::local_actor* parent, std::string key,
                          std::shared_ptr<session_table> table, std::int64_t ttl_ms,
                          caf::actor router);

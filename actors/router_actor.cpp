@@ -22,6 +22,8 @@ struct router_state {
   std::uint64_t cursor = 0;
   std::uint64_t ticks = 0;
   bool accepting = true;
+  /// This replica's sessions; the actor is null while a session is idle
+  /// (no live operations): an idle session costs its key here and its binding.
   std::unordered_map<std::string, caf::actor> sessions;
   // The cluster, when there is one: our cluster actor and the live peers'
   // routers (self excluded), as the cluster actor last told us.
@@ -114,15 +116,12 @@ std::string no_backend_message(const router_state& st) {
   return out;
 }
 
-/// Binds `key` to `backend` and starts its session actor.
+/// Binds `key` to `backend`; its actor starts with its first operation.
 backend_index bind(caf::stateful_actor<router_state>* self, const std::string& key,
                    backend_index backend) {
   auto& st = self->state;
   auto bound = st.table->bind_session(key, backend, now_ms());
-  auto& slot = st.sessions[key];
-  if (!slot)
-    slot = spawn_session(self, key, st.table, st.settings.session_ttl_ms,
-                         caf::actor_cast<caf::actor>(self));
+  st.sessions.try_emplace(key);
   return bound;
 }
 
@@ -207,7 +206,13 @@ void resolve_in_cluster(self_ptr self, const std::string& key, route_callback do
 template <class... Ts>
 void to_session(caf::stateful_actor<router_state>* self, const std::string& key, Ts&&... xs) {
   auto it = self->state.sessions.find(key);
-  if (it != self->state.sessions.end()) self->send(it->second, std::forward<Ts>(xs)...);
+  if (it != self->state.sessions.end() && it->second) self->send(it->second, std::forward<Ts>(xs)...);
+}
+
+/// Forgets an idle session (no actor): its binding and its directory entry.
+void forget_idle(self_ptr self, std::unordered_map<std::string, caf::actor>::iterator it) {
+  self->state.table->erase_session(it->first);
+  self->state.sessions.erase(it);
 }
 
 caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_settings settings,
@@ -217,7 +222,8 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
   st.table = std::move(table);
   st.backends = std::move(backends);
   self->set_exit_handler([=](const caf::exit_msg& msg) {
-    for (auto& [key, session] : self->state.sessions) self->send_exit(session, msg.reason);
+    for (auto& [key, session] : self->state.sessions)
+      if (session) self->send_exit(session, msg.reason);
     self->quit(msg.reason);
   });
   self->delayed_send(self, op_sweep_interval, tick_atom::value);
@@ -300,9 +306,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
                   std::string());
       },
       [=](op_atom, const std::string& key, std::string& op_id) {
-        if (auto op = self->state.table->find_op(op_id, now_ms()))
-          replicate(self, cluster::put_atom::value, "o/" + op_id,
-                    self->state.backends[op->backend]->name, key);
+        auto& st = self->state;
+        if (auto op = st.table->find_op(op_id, now_ms()))
+          replicate(self, cluster::put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key);
+        // A session of this replica gets its actor with its first live operation.
+        auto it = st.sessions.find(key);
+        if (it != st.sessions.end() && !it->second)
+          it->second = spawn_session(self, key, st.table, st.settings.session_ttl_ms,
+                                     caf::actor_cast<caf::actor>(self));
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
@@ -315,19 +326,29 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         core::bump(core::global_metrics().router_sessions_released_total);
         self->state.table->erase_session(key);
         replicate(self, cluster::erase_atom::value, "s/" + key);
+        if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
+          self->state.sessions.erase(it);
         to_session(self, key, release_atom::value);
         if (auto k = session_key::parse(key))
           core::audit("session.release", {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id}});
       },
       [=](forget_atom, const std::string& key) {
-        // Released elsewhere in the cluster: stop our session actor only.
+        // Released elsewhere in the cluster: forget it here too.
+        if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
+          return forget_idle(self, it);
         to_session(self, key, release_atom::value);
       },
       [=](ended_atom, const std::string& key) {
         // A new binding for the same key may already have a new actor.
         auto it = self->state.sessions.find(key);
-        if (it != self->state.sessions.end() && it->second.address() == self->current_sender())
+        if (it != self->state.sessions.end() && it->second && it->second.address() == self->current_sender())
           self->state.sessions.erase(it);
+      },
+      [=](idle_atom, const std::string& key) {
+        // The session's last operation ended: it stays, without an actor.
+        auto it = self->state.sessions.find(key);
+        if (it != self->state.sessions.end() && it->second && it->second.address() == self->current_sender())
+          it->second = caf::actor();
       },
       [=](drain_atom) { self->state.accepting = false; },
       [=](backend_atom, const std::string& name) {
@@ -353,9 +374,17 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // a timer costs more memory per idle session than the actor's state.
         const auto every = std::clamp<std::int64_t>(st.settings.session_ttl_ms / 4000, 1, 10);
         if (st.ticks++ % static_cast<std::uint64_t>(every) == 0) {
-          for (const auto& [key, session] : st.sessions) {
-            auto last = st.table->session_last_seen(key);
-            if (!last || now - *last >= st.settings.session_ttl_ms) self->send(session, expire_atom::value);
+          for (auto it = st.sessions.begin(); it != st.sessions.end();) {
+            auto cur = it++;
+            auto last = st.table->session_last_seen(cur->first);
+            if (last && now - *last < st.settings.session_ttl_ms) continue;
+            if (cur->second) {
+              self->send(cur->second, expire_atom::value);  // it checks again and forgets its operations
+            } else {
+              spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
+              core::bump(core::global_metrics().router_sessions_expired_total);
+              forget_idle(self, cur);
+            }
           }
         }
         self->delayed_send(self, op_sweep_interval, tick_atom::value);

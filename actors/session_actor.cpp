@@ -43,6 +43,8 @@ namespace {
 caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::string key,
                             std::shared_ptr<session_table> table, std::int64_t ttl_ms,
                             caf::actor router) {
+  core::global_metrics().session_actors.fetch_add(1, std::memory_order_relaxed);
+  self->attach_functor([] { core::global_metrics().session_actors.fetch_sub(1, std::memory_order_relaxed); });
   self->state.key = std::move(key);
   self->state.table = std::move(table);
   self->state.router = std::move(router);
@@ -52,7 +54,14 @@ caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::strin
         if (ops.size() >= ops_prune_threshold) prune_ops(self->state);
         ops.insert(std::move(op_id));
       },
-      [=](op_done_atom, const std::string& op_id) { self->state.ops.erase(op_id); },
+      [=](op_done_atom, const std::string& op_id) {
+        auto& st = self->state;
+        st.ops.erase(op_id);
+        if (st.ops.empty()) {  // idle: the binding stays, the actor goes
+          self->send(st.router, idle_atom::value, st.key);
+          self->quit();
+        }
+      },
       [=](release_atom) { forget(self); },
       [=](expire_atom) {
         // The router's sweep saw this session idle; check again, it may have

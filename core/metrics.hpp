@@ -51,7 +51,8 @@ namespace scg::core {
 
 #define SCG_GAUGES(X)                                  \
   X(forward_active_calls, "Calls being forwarded now") \
-  X(forward_active_streams, "Streaming calls (ExecutePlan, ReattachExecute, AddArtifacts, unknown methods) being forwarded now")
+  X(forward_active_streams, "Streaming calls (ExecutePlan, ReattachExecute, AddArtifacts, unknown methods) being forwarded now") \
+  X(session_actors, "Session actors running: sessions of this replica with live operations (idle ones have none)")
 
 /// The gRPC status codes 0..16, by name as Prometheus labels show them.
 inline constexpr std::size_t status_code_count = 17;

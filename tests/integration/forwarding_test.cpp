@@ -648,6 +648,40 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 5);
 }
 
+TEST_CASE("a session whose operations were released stays bound without an actor, then expires", "[integration]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-hib-a");
+  auto b = start_fake(dir, "fake-hib-b");
+  auto gw = start_gateway(dir, gateway_yaml({&a, &b}, "affinity: { session_ttl_secs: 3, op_ttl_secs: 60 }\n"), "hib");
+  auto stub = stub_to(gw.grpc_port);
+  const auto home = backend_for_session(gw.grpc_port, "hib-1", "ines");
+  CHECK(metric_value(gw.admin_port, "scg_session_actors") == 0);  // idle from the start
+  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("hib-1", "ines", "op-hib"));
+  REQUIRE(s.status.ok());
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
+  grpc::ClientContext rctx;
+  sc::ReleaseExecuteRequest rel;
+  rel.set_session_id("hib-1");
+  *rel.mutable_user_context() = user("ines");
+  rel.set_operation_id("op-hib");
+  rel.mutable_release_all();
+  sc::ReleaseExecuteResponse rresp;
+  REQUIRE(stub->ReleaseExecute(&rctx, rel, &rresp).ok());
+  // The last operation released: the actor goes, the binding stays.
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 0; }, 2s));
+  CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 1);
+  for (int i = 0; i < 5; ++i) CHECK(backend_for_session(gw.grpc_port, "hib-1", "ines") == home);
+  // A new operation brings the actor back.
+  auto again = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("hib-1", "ines", "op-hib-2"));
+  REQUIRE(again.status.ok());
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
+  // Idle past its ttl, the session is forgotten with its operation.
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; }, 8s));
+  CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_operations_active") == 0);
+  CHECK(metric_value(gw.admin_port, "scg_session_actors") == 0);
+}
+
 TEST_CASE("new sessions go to the backend whose Spark UI reports the least load",
           "[integration][placement]") {
   temp_dir dir;
