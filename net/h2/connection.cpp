@@ -262,10 +262,13 @@ void connection::start_write() {
       flush();
     w_.flush_dirty();
   };
+  // asio's transfer_all hands the kernel at most 64 KiB per call; a batch
+  // goes in as few calls as the socket takes.
+  auto whole = [](const asio::error_code& ec, std::size_t) -> std::size_t { return ec ? 0 : max_batch_bytes * 4; };
   if (tls_)
-    asio::async_write(*tls_, iov, std::move(done));
+    asio::async_write(*tls_, iov, whole, std::move(done));
   else
-    asio::async_write(*plain_, iov, std::move(done));
+    asio::async_write(*plain_, iov, whole, std::move(done));
 }
 
 // --- downstream: a client of scg -------------------------------------------------
@@ -303,6 +306,7 @@ void downstream_connection::init(const tuning& t) {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, t.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, t.max_header_bytes},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
@@ -438,6 +442,7 @@ upstream_connection::upstream_connection(worker& w, std::string address, std::ch
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));

@@ -20,6 +20,9 @@ struct tuning {
   std::uint32_t connection_window = 16u << 20;  ///< per connection
   std::uint32_t max_concurrent_streams = 1000;  ///< streams a client may open at once
   std::uint32_t max_header_bytes = 64u << 10;   ///< a request's header block
+  /// The largest DATA frame peers may send: large frames cut per-frame work
+  /// on both ends of a stream (bytes still arrive as they come).
+  std::uint32_t max_frame = 1u << 20;
 };
 
 class downstream_connection final : public connection {
