@@ -44,6 +44,7 @@ namespace scg::core {
   X(rate_limited_total, "Calls refused RESOURCE_EXHAUSTED by rate_limits")                       \
   X(executions_refused_total, "Executions refused: the tenant is at limits.max_executions")      \
   X(executions_killed_total, "Executions interrupted at limits.max_execution_secs")              \
+  X(forward_oversized_total, "Calls ended RESOURCE_EXHAUSTED: a message over limits.max_message_bytes, either way") \
   X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")   \
   X(tracing_spans_exported_total, "Spans the OTLP collector accepted")                            \
   X(tracing_spans_dropped_total, "Spans dropped: the export queue was full, or at shutdown")      \

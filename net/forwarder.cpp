@@ -68,11 +68,6 @@ bool not_forwarded(std::string_view key) {
   return false;
 }
 
-/// The trailers that carry a call's status.
-bool status_header(std::string_view key) {
-  return key == "grpc-status" || key == "grpc-message" || key == "grpc-status-details-bin";
-}
-
 /// The "forward" logger, looked up once (the registry takes a lock).
 spdlog::logger& forward_log() {
   static const std::shared_ptr<spdlog::logger> log = spdlog::get("forward");
@@ -177,6 +172,8 @@ class forward_call final : public h2::server_stream,
   ~forward_call() override {
     to_client_.drop();
     to_backend_.drop();
+    if (!request_prefix_.empty()) down_->consume(down_stream_, request_prefix_.bytes());
+    if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
     if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
     if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
@@ -249,6 +246,7 @@ class forward_call final : public h2::server_stream,
 
   void on_server_stream_closed(std::uint32_t error_code) override {
     down_closed_ = true;
+    to_client_.drop();
     if (!finished_) {  // the client went away or cancelled before its answer
       finished_ = true;
       final_code_ = static_cast<int>(grpc::StatusCode::CANCELLED);
@@ -318,11 +316,14 @@ class forward_call final : public h2::server_stream,
   // it (the first request, before routing; every request when the verified
   // user is written into it; the first response of the RPCs scg learns from).
 
+  // Prefix bytes wait in `prefix` until the length was checked: a refused
+  // message sends nothing on, and what came before it still goes.
   struct request_sink {
     forward_call& c;
     std::size_t passed = 0;
-    void bytes(slice s) {
+    void bytes(slice s, bool prefix) {
       passed += s.size();
+      if (prefix) return c.request_prefix_.push(std::move(s));
       c.request_bytes(std::move(s));
     }
     bool header(const h2::message_header& h) { return c.request_header(h); }
@@ -331,8 +332,9 @@ class forward_call final : public h2::server_stream,
   struct response_sink {
     forward_call& c;
     std::size_t passed = 0;
-    void bytes(slice s) {
+    void bytes(slice s, bool prefix) {
       passed += s.size();
+      if (prefix) return c.response_prefix_.push(std::move(s));
       c.response_bytes(std::move(s));
     }
     bool header(const h2::message_header& h) { return c.response_header(h); }
@@ -355,15 +357,23 @@ class forward_call final : public h2::server_stream,
     }
   }
 
+  /// Moves the held prefix of the current message on (bytes() decides where).
+  void release_prefix(h2::slice_queue& prefix, void (forward_call::*to)(slice)) {
+    prefix.pop(prefix.bytes(), [this, to](slice s) { (this->*to)(std::move(s)); });
+  }
+
   bool request_header(const h2::message_header& h) {
     if (h.length > fx_.limits.max_message_bytes) {
-      core::bump(core::global_metrics().forward_invalid_argument_total);
+      down_->consume(down_stream_, request_prefix_.bytes());
+      request_prefix_.clear();
+      core::bump(core::global_metrics().forward_oversized_total);
       finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
                    "scg: a request message of " + std::to_string(h.length) +
                        " bytes is larger than limits.max_message_bytes (" +
                        std::to_string(fx_.limits.max_message_bytes) + ")");
       return false;
     }
+    release_prefix(request_prefix_, &forward_call::request_bytes);
     request_.header = h;
     core::bump(core::global_metrics().forward_request_bytes_total, h.length);
     return true;
@@ -415,12 +425,20 @@ class forward_call final : public h2::server_stream,
 
   bool response_header(const h2::message_header& h) {
     if (h.length > fx_.limits.max_message_bytes) {
+      up_->consume(up_stream_, response_prefix_.bytes());
+      response_prefix_.clear();
+      core::bump(core::global_metrics().forward_oversized_total);
+      log_.warn("response_too_large request_id={} rpc={} backend={} bytes={} limit={}", request_id_, rpc_name(rpc_),
+                backend_->name, h.length, fx_.limits.max_message_bytes);
+      // The client still gets every message before this one.
       finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
                    "scg: backend " + backend_->name + " sent a message of " + std::to_string(h.length) +
                        " bytes, larger than limits.max_message_bytes (" +
-                       std::to_string(fx_.limits.max_message_bytes) + ")");
+                       std::to_string(fx_.limits.max_message_bytes) + ")",
+                   {}, true);
       return false;
     }
+    release_prefix(response_prefix_, &forward_call::response_bytes);
     response_.header = h;
     core::bump(core::global_metrics().forward_response_bytes_total, h.length);
     return true;
@@ -439,9 +457,10 @@ class forward_call final : public h2::server_stream,
 
   /// The body of `msg` to read: inflated when it came compressed; nullopt
   /// when that fails.
-  std::optional<std::string> readable_body(const held_message& msg, const std::string& encoding) {
+  std::optional<std::string> readable_body(const held_message& msg, const std::string& encoding,
+                                           bool* too_large = nullptr) {
     if (!msg.header.compressed) return msg.flat_body();
-    return h2::inflate(encoding, msg.flat_body(), fx_.limits.max_message_bytes);
+    return h2::inflate(encoding, msg.flat_body(), fx_.limits.max_message_bytes, too_large);
   }
 
   static held_message message_of(std::string_view body) {
@@ -460,7 +479,14 @@ class forward_call final : public h2::server_stream,
     if (has_message) {
       scan_result scan;
       if (first_.header.compressed) {
-        auto body = readable_body(first_, request_encoding_);
+        bool too_large = false;
+        auto body = readable_body(first_, request_encoding_, &too_large);
+        if (!body && too_large) {
+          core::bump(core::global_metrics().forward_oversized_total);
+          return finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "scg: a request message inflates to more than limits.max_message_bytes (" +
+                                  std::to_string(fx_.limits.max_message_bytes) + ") bytes");
+        }
         if (!body) {
           core::bump(core::global_metrics().forward_invalid_argument_total);
           return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
@@ -625,7 +651,6 @@ class forward_call final : public h2::server_stream,
 
   /// Stops the backend stream (the client is gone, or scg answered).
   void cancel_backend() {
-    to_client_.drop();
     if (up_ && up_stream_ > 0 && !up_closed_) up_->reset(up_stream_, NGHTTP2_CANCEL);
   }
 
@@ -853,14 +878,17 @@ class forward_call final : public h2::server_stream,
   }
 
   /// Ends the call with a status scg produced itself (logged by the caller):
-  /// trailers after what the client already has, or a trailers-only answer;
-  /// the backend stream, if any, is cancelled.
-  void finish_local(grpc::StatusCode code, const std::string& message, const std::string& details = {}) {
+  /// trailers after what the client already has (and, with `keep_queued`,
+  /// the responses scg holds for it), or a trailers-only answer; the backend
+  /// stream, if any, is cancelled.
+  void finish_local(grpc::StatusCode code, const std::string& message, const std::string& details = {},
+                    bool keep_queued = false) {
     if (finished_) return;
     finished_ = true;
     final_code_ = static_cast<int>(code);
     cancel_backend();
     to_backend_.drop();
+    if (!keep_queued) to_client_.drop();
     h2::header_list status;
     if (!response_started_) {
       status.push_back({":status", "200"});
@@ -906,6 +934,7 @@ class forward_call final : public h2::server_stream,
   h2::pipe to_backend_, to_client_;
   h2::message_splitter request_split_, response_split_;
   held_message request_, response_, first_;
+  h2::slice_queue request_prefix_, response_prefix_;  // a message's prefix until its length was checked
   std::vector<held_message> waiting_;  // messages that came while routing
   bool in_request_ = false, hold_request_ = false, in_response_ = false, hold_response_ = false;
   h2::header_list response_headers_, backend_trailers_;

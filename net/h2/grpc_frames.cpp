@@ -23,7 +23,9 @@ std::optional<std::chrono::nanoseconds> parse_timeout(std::string_view text) {
   }
   using namespace std::chrono;
   switch (text.back()) {
-    case 'H': return duration_cast<nanoseconds>(hours(n));
+    // 8 digits of hours overflow int64 nanoseconds: longer than 99999999M
+    // (about 190 years, the most the other units reach) counts as that.
+    case 'H': return n > 1'666'666 ? duration_cast<nanoseconds>(minutes(99'999'999)) : duration_cast<nanoseconds>(hours(n));
     case 'M': return duration_cast<nanoseconds>(minutes(n));
     case 'S': return duration_cast<nanoseconds>(seconds(n));
     case 'm': return duration_cast<nanoseconds>(milliseconds(n));
@@ -45,7 +47,7 @@ std::string format_timeout(std::chrono::nanoseconds t) {
   char c = 'n';
   for (const auto& s : steps) {
     if (n <= max) break;
-    n = (n + s.per - 1) / s.per;
+    n = n / s.per + (n % s.per != 0);  // not (n + per - 1) / per: that overflows near the maximum
     c = s.c;
   }
   return std::to_string(std::min(n, max)) + c;
@@ -95,7 +97,8 @@ std::string base64_encode(std::string_view bytes) {
   return out;
 }
 
-std::optional<std::string> inflate(std::string_view encoding, std::string_view bytes, std::size_t limit) {
+std::optional<std::string> inflate(std::string_view encoding, std::string_view bytes, std::size_t limit,
+                                   bool* too_large) {
   int window_bits;
   if (encoding == "gzip") window_bits = 16 + MAX_WBITS;
   else if (encoding == "deflate") window_bits = MAX_WBITS;
@@ -115,6 +118,14 @@ std::optional<std::string> inflate(std::string_view encoding, std::string_view b
     rc = ::inflate(&z, Z_NO_FLUSH);
     out.resize(out.size() - z.avail_out);
     if (rc == Z_BUF_ERROR && z.avail_in == 0) break;
+  }
+  if (too_large && rc == Z_OK && out.size() >= limit) {
+    // Full: one more byte tells a larger message from a truncated one.
+    unsigned char extra = 0;
+    z.next_out = &extra;
+    z.avail_out = 1;
+    const int more = ::inflate(&z, Z_NO_FLUSH);
+    *too_large = z.avail_out == 0 && (more == Z_OK || more == Z_STREAM_END);
   }
   inflateEnd(&z);
   if (rc != Z_STREAM_END) return std::nullopt;

@@ -24,9 +24,10 @@ struct message_header {
 };
 
 /// Splits a byte stream into gRPC messages. feed() hands every byte on, in
-/// order, as slices to `sink.bytes(slice)`, calls `sink.header(h)` once a
-/// message's 5-byte prefix is complete (a false return stops the feed) and
-/// `sink.message_end()` after its last byte.
+/// order, as slices to `sink.bytes(slice, prefix)` (`prefix`: the bytes are
+/// part of a message's 5-byte prefix, so a sink can hold them until it has
+/// checked the length), calls `sink.header(h)` once the prefix is complete (a
+/// false return stops the feed) and `sink.message_end()` after the last byte.
 class message_splitter {
  public:
   template <class Sink>
@@ -36,7 +37,7 @@ class message_splitter {
         const auto n = std::min<std::size_t>(5 - in_header_, s.size());
         std::memcpy(prefix_ + in_header_, s.data(), n);
         in_header_ += n;
-        sink.bytes(s.take_front(n));
+        sink.bytes(s.take_front(n), true);
         if (in_header_ < 5) continue;
         header_.compressed = prefix_[0] != 0;
         header_.length = (std::uint32_t(std::uint8_t(prefix_[1])) << 24) |
@@ -49,7 +50,7 @@ class message_splitter {
       }
       const auto n = std::min<std::size_t>(left_, s.size());
       left_ -= n;
-      sink.bytes(s.take_front(n));
+      sink.bytes(s.take_front(n), false);
       if (left_ == 0) end(sink);
     }
     return true;
@@ -93,7 +94,9 @@ std::string base64_encode(std::string_view bytes);
 
 /// The bytes of a compressed message under grpc-encoding `encoding` ("gzip"
 /// or "deflate"); nullopt when the encoding is not one of those, the data is
-/// corrupt or it inflates past `limit` bytes.
-std::optional<std::string> inflate(std::string_view encoding, std::string_view bytes, std::size_t limit);
+/// corrupt or it inflates past `limit` bytes (then `*too_large`, when
+/// given, is set true).
+std::optional<std::string> inflate(std::string_view encoding, std::string_view bytes, std::size_t limit,
+                                   bool* too_large = nullptr);
 
 }  // namespace scg::net::h2
