@@ -236,7 +236,7 @@ gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
-             {"bind_addr", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
+             {"bind_addr", "workers", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
               "backend_token", "rate_limits", "backend_discovery", "tracing"});
   gateway g;
@@ -248,6 +248,7 @@ gateway parse_gateway(const YAML::Node& root) {
   if (const YAML::Node n = root["backend_discovery"]; present(n)) g.backend_discovery = parse_discovery(n);
   g.backends = parse_backends(root["backends"], g.backend_discovery.has_value());
   read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);
+  read_int(root, "", "workers", g.workers, 0, 256);
   if (const YAML::Node n = root["tls"]; present(n)) g.tls = parse_front_tls(n);
   {
     std::vector<std::string> names;

@@ -147,6 +147,8 @@ struct k8s_discovery {
 
 struct gateway {
   std::string bind_addr = "0.0.0.0:15003";
+  /// Data-plane worker threads; 0: one per CPU this process may run on.
+  int workers = 0;
   std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
   std::vector<backend> backends;
   int backend_refresh_secs = 30;  ///< how often `resolve: all` backend names are re-resolved

@@ -135,12 +135,12 @@ struct held_message {
   segments body() const {
     segments out;
     std::size_t skip = 5;
-    for (const auto& s : bytes.items()) {
+    bytes.for_each([&](const slice& s) {
       const auto from = std::min(skip, s.size());
       skip -= from;
       if (from < s.size())
         out.push_back({reinterpret_cast<const std::uint8_t*>(s.data()) + from, s.size() - from});
-    }
+    });
     return out;
   }
   std::string flat_body() const {
@@ -166,6 +166,8 @@ class forward_call final : public h2::server_stream,
     w_.calls.fetch_add(1, std::memory_order_relaxed);
     to_backend_.producer = down_;
     to_backend_.producer_stream = stream;
+    metadata_.reserve(16);
+    response_headers_.reserve(8);
   }
 
   /// The call's end: both streams closed.
@@ -594,7 +596,12 @@ class forward_call final : public h2::server_stream,
     backend_ = fx_.backends[b];
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
 
-    h2::header_list headers;
+    // The backend's headers refer to the call's strings and these locals:
+    // nghttp2 copies them when the stream is submitted, below.
+    const std::string traceparent = trace_ ? core::format_traceparent(*trace_) : std::string();
+    const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant);
+    const std::string authorization = token.empty() ? std::string() : "Bearer " + token;
+    std::vector<h2::header_ref> headers;
     headers.reserve(metadata_.size() + 8);
     headers.push_back({":method", "POST"});
     headers.push_back({":scheme", "http"});
@@ -603,11 +610,10 @@ class forward_call final : public h2::server_stream,
     headers.push_back({"te", "trailers"});
     headers.push_back({"content-type", content_type_});
     for (const auto& h : metadata_)
-      if (!not_forwarded(h.name) && !(trace_ && h.name == "traceparent")) headers.push_back(h);
+      if (!not_forwarded(h.name) && !(trace_ && h.name == "traceparent")) headers.push_back({h.name, h.value});
     headers.push_back({"x-request-id", request_id_});
-    if (trace_) headers.push_back({"traceparent", core::format_traceparent(*trace_)});  // scg's span is the parent
-    if (const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant); !token.empty())
-      headers.push_back({"authorization", "Bearer " + token});
+    if (trace_) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
+    if (!authorization.empty()) headers.push_back({"authorization", authorization});
     auto deadline = deadline_;
     if (is_execution(rpc_)) {
       // An execution longer than its tenant may run is cut here, then interrupted.
@@ -622,10 +628,11 @@ class forward_call final : public h2::server_stream,
     }
     // The backend gets a second more than an execution's limit: scg's timer
     // cuts it first, and says why.
-    if (deadline)
-      headers.push_back({"grpc-timeout", h2::format_timeout(*deadline - std::chrono::steady_clock::now() +
-                                                            (execution_limit_ ? std::chrono::seconds(1)
-                                                                              : std::chrono::seconds(0)))});
+    const std::string timeout =
+        deadline ? h2::format_timeout(*deadline - std::chrono::steady_clock::now() +
+                                      (execution_limit_ ? std::chrono::seconds(1) : std::chrono::seconds(0)))
+                 : std::string();
+    if (deadline) headers.push_back({"grpc-timeout", timeout});
 
     up_ = w_.upstream(b, backend_->address, fx_.limits.connect_timeout_ms);
     to_client_.producer = up_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <asio/ssl.hpp>
 #include <future>
+#include <sched.h>
 #include <stdexcept>
 #include <thread>
 
@@ -35,6 +36,13 @@ asio::ip::tcp::endpoint listen_endpoint(const std::string& addr) {
   auto results = resolver.resolve(host.empty() ? "0.0.0.0" : host, port, asio::ip::tcp::resolver::passive, ec);
   if (ec || results.empty()) throw std::runtime_error("cannot resolve bind_addr " + addr + ": " + ec.message());
   return results.begin()->endpoint();
+}
+
+/// The CPUs this process may run on (its affinity mask), at least 1.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 /// Plaintext HTTP/2 without `tls:`; TLS with it, and mutual TLS with a client CA.
@@ -153,7 +161,7 @@ struct front_door::impl {
 
 front_door::front_door(const config::gateway& cfg, forward_context& fx) : impl_(std::make_unique<impl>(fx)) {
   if (cfg.tls) impl_->tls = tls_context(*cfg.tls);
-  const auto n = std::max(1u, std::thread::hardware_concurrency());
+  const auto n = cfg.workers > 0 ? static_cast<unsigned>(cfg.workers) : usable_cpus();
   for (unsigned i = 0; i < n; ++i) impl_->workers.push_back(std::make_unique<h2::worker>(static_cast<int>(i)));
   const auto ep = listen_endpoint(cfg.bind_addr);
   auto& a = impl_->acceptor = std::make_unique<asio::ip::tcp::acceptor>(impl_->workers[0]->io());

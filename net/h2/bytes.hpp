@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <algorithm>
+#include <vector>
 #include <new>
 #include <string_view>
 #include <utility>
@@ -86,43 +87,68 @@ class slice {
   std::size_t size_ = 0;
 };
 
-/// A FIFO of slices with its byte count.
+/// A FIFO of slices with its byte count. A slice may carry a mark (a pipe
+/// marks the bytes whose HTTP/2 window it owes their producer). The storage
+/// is a vector reused as the queue empties: a call's queues allocate once.
 class slice_queue {
  public:
-  void push(slice s) {
+  void push(slice s, bool marked = false) {
     if (s.empty()) return;
     bytes_ += s.size();
-    q_.push_back(std::move(s));
+    q_.push_back({std::move(s), marked});
   }
-  /// Moves up to `n` bytes from the front to `out` (a callable taking a slice).
+  /// Moves up to `n` bytes from the front to `out` (a callable taking a
+  /// slice); adds the marked bytes among them to `*marked`.
   template <class F>
-  std::size_t pop(std::size_t n, F&& out) {
+  std::size_t pop(std::size_t n, F&& out, std::size_t* marked = nullptr) {
     std::size_t moved = 0;
-    while (moved < n && !q_.empty()) {
-      auto& front = q_.front();
-      if (front.size() <= n - moved) {
-        moved += front.size();
-        out(std::move(front));
-        q_.pop_front();
+    while (moved < n && head_ < q_.size()) {
+      auto& front = q_[head_];
+      const auto part = std::min(front.s.size(), n - moved);
+      if (marked && front.marked) *marked += part;
+      moved += part;
+      if (part == front.s.size()) {
+        out(std::move(front.s));
+        ++head_;
       } else {
-        const auto part = n - moved;
-        out(front.take_front(part));
-        moved += part;
+        out(front.s.take_front(part));
       }
     }
     bytes_ -= moved;
+    if (head_ == q_.size()) clear();
     return moved;
   }
-  void clear() {
+  /// Drops everything; the bytes that were marked.
+  std::size_t clear() {
+    std::size_t marked = 0;
+    for (std::size_t i = head_; i < q_.size(); ++i)
+      if (q_[i].marked) marked += q_[i].s.size();
     q_.clear();
+    head_ = 0;
     bytes_ = 0;
+    return marked;
   }
   std::size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
-  const std::deque<slice>& items() const { return q_; }
+  /// Calls `f(const slice&)` for each queued slice, front first.
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = head_; i < q_.size(); ++i) f(q_[i].s);
+  }
+  /// The queued slices (copies sharing the chunks), front first.
+  std::vector<slice> items() const {
+    std::vector<slice> out;
+    for_each([&out](const slice& s) { out.push_back(s); });
+    return out;
+  }
 
  private:
-  std::deque<slice> q_;
+  struct entry {
+    slice s;
+    bool marked;
+  };
+  std::vector<entry> q_;
+  std::size_t head_ = 0;
   std::size_t bytes_ = 0;
 };
 

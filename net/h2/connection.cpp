@@ -12,7 +12,8 @@ namespace {
 /// Batches larger than this wait for the write in flight before taking more frames.
 constexpr std::size_t max_batch_bytes = 1u << 20;
 
-std::vector<nghttp2_nv> nv_of(const header_list& headers) {
+template <class Headers>
+std::vector<nghttp2_nv> nv_of(const Headers& headers) {
   std::vector<nghttp2_nv> nv;
   nv.reserve(headers.size());
   for (const auto& h : headers)
@@ -24,27 +25,25 @@ std::vector<nghttp2_nv> nv_of(const header_list& headers) {
 
 std::string_view sv(const std::uint8_t* p, std::size_t n) { return {reinterpret_cast<const char*>(p), n}; }
 
+/// Hands a DATA payload to the stream's call, as a slice of the read buffer;
+/// bytes of a stream with no call give their window back at once.
+template <class Conn, class Call>
+int pass_data(nghttp2_session* session, Conn* self, std::int32_t stream, const std::uint8_t* data, std::size_t len,
+              void (Call::*deliver)(slice)) {
+  if (auto* c = self->find(stream))
+    (c->*deliver)(self->slice_of(data, len));
+  else
+    nghttp2_session_consume_connection(session, len);
+  return 0;
+}
+
 }  // namespace
 
 // --- pipes --------------------------------------------------------------------
 
-std::size_t pipe::framed(std::size_t n) {
-  std::size_t owed = 0;
-  while (n > 0 && !runs_.empty()) {
-    auto& r = runs_.front();
-    const auto take = std::min(n, r.left);
-    if (r.owed) owed += take;
-    r.left -= take;
-    n -= take;
-    if (r.left == 0) runs_.pop_front();
-  }
-  return owed;
-}
-
 void pipe::drop() {
-  const auto owed = framed(data.bytes());
+  const auto owed = data.clear();
   if (auto p = producer.lock(); p && owed > 0) p->consume(producer_stream, owed);
-  data.clear();
 }
 
 // --- the connection -------------------------------------------------------------
@@ -124,12 +123,13 @@ int connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const std::
     const std::uint8_t len = static_cast<std::uint8_t>(pad - 1);
     self->filling_.add_ctrl(&len, 1);
   }
-  p->data.pop(length, [self](slice s) { self->filling_.add_slice(std::move(s)); });
+  std::size_t owed = 0;
+  p->data.pop(length, [self](slice s) { self->filling_.add_slice(std::move(s)); }, &owed);
   if (pad > 1) {
     static const std::uint8_t zeros[256] = {};
     self->filling_.add_ctrl(zeros, pad - 1);
   }
-  if (const auto owed = p->framed(length); owed > 0)
+  if (owed > 0)
     if (auto producer = p->producer.lock()) producer->consume(p->producer_stream, owed);
   return 0;
 }
@@ -355,13 +355,13 @@ std::vector<std::shared_ptr<server_stream>> downstream_connection::calls() const
 void downstream_connection::on_closed(const std::string&) {
   auto streams = std::move(streams_);
   streams_.clear();
-  header_bytes_.clear();
   for (auto& [id, c] : streams) c->on_server_stream_closed(NGHTTP2_CANCEL);
 }
 
 int downstream_connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<downstream_connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  self->header_bytes_ = 0;
   self->streams_[frame->hd.stream_id] = self->make_(*self, frame->hd.stream_id);
   return 0;
 }
@@ -373,9 +373,8 @@ int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* fram
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: none in gRPC
   auto* c = self->find(frame->hd.stream_id);
   if (!c) return 0;
-  auto& total = self->header_bytes_[frame->hd.stream_id];
-  total += namelen + valuelen + 32;
-  if (total > self->max_header_bytes_) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+  self->header_bytes_ += namelen + valuelen + 32;
+  if (self->header_bytes_ > self->max_header_bytes_) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
   c->on_request_header(sv(name, namelen), sv(value, valuelen));
   return 0;
 }
@@ -386,7 +385,6 @@ int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* 
   auto* c = self->find(frame->hd.stream_id);
   if (!c) return 0;
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-    self->header_bytes_.erase(frame->hd.stream_id);
     c->on_request_headers_done();
     c = self->find(frame->hd.stream_id);  // the call may have ended already
   }
@@ -396,18 +394,13 @@ int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* 
 
 int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
                                          const std::uint8_t* data, std::size_t len, void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  if (auto* c = self->find(stream))
-    c->on_request_data(self->slice_of(data, len));
-  else
-    nghttp2_session_consume_connection(session, len);
-  return 0;
+  return pass_data(session, static_cast<downstream_connection*>(user), stream, data, len,
+                   &server_stream::on_request_data);
 }
 
 int downstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
                                            void* user) {
   auto* self = static_cast<downstream_connection*>(user);
-  self->header_bytes_.erase(stream);
   auto it = self->streams_.find(stream);
   if (it == self->streams_.end()) return 0;
   auto c = std::move(it->second);
@@ -501,7 +494,7 @@ void upstream_connection::connected() {
   start_reading();
 }
 
-std::int32_t upstream_connection::submit_request(const header_list& headers, pipe& body,
+std::int32_t upstream_connection::submit_request(const std::vector<header_ref>& headers, pipe& body,
                                                  std::shared_ptr<client_stream> call) {
   if (closed()) return NGHTTP2_ERR_INVALID_STATE;
   auto nv = nv_of(headers);
@@ -551,12 +544,8 @@ int upstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* fr
 
 int upstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
                                        const std::uint8_t* data, std::size_t len, void* user) {
-  auto* self = static_cast<upstream_connection*>(user);
-  if (auto* c = self->find(stream))
-    c->on_response_data(self->slice_of(data, len));
-  else
-    nghttp2_session_consume_connection(session, len);
-  return 0;
+  return pass_data(session, static_cast<upstream_connection*>(user), stream, data, len,
+                   &client_stream::on_response_data);
 }
 
 int upstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,

@@ -14,7 +14,6 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -34,6 +33,10 @@ struct header {
   std::string name, value;
 };
 using header_list = std::vector<header>;
+/// A header field by reference: the strings outlive the call that submits it.
+struct header_ref {
+  std::string_view name, value;
+};
 
 /// Bytes flowing one way through a forwarded call: received on one
 /// connection, not yet framed on the other.
@@ -47,22 +50,9 @@ struct pipe {
 
   /// Queues `s`; `owed`: the producer's window gets its bytes back when they
   /// are framed (false for bytes already given back, or made by scg).
-  void push(slice s, bool owed) {
-    if (s.empty()) return;
-    runs_.push_back({s.size(), owed});
-    data.push(std::move(s));
-  }
-  /// Takes `n` framed bytes off the runs; how many of them were owed.
-  std::size_t framed(std::size_t n);
+  void push(slice s, bool owed) { data.push(std::move(s), owed); }
   /// Drops what is queued and gives the producer back what it was owed.
   void drop();
-
- private:
-  struct run {
-    std::size_t left;
-    bool owed;
-  };
-  std::deque<run> runs_;
 };
 
 /// The events of a forwarded call on its client-facing stream.
@@ -124,6 +114,10 @@ class connection : public std::enable_shared_from_this<connection> {
   /// "ipv4:127.0.0.1:5000", as gRPC names peers.
   std::string peer() const;
 
+  /// `n` received bytes at `data` as a slice: shared with the read buffer
+  /// while nghttp2 parses it, else a copy (TLS).
+  slice slice_of(const std::uint8_t* data, std::size_t n);
+
  protected:
   /// Starts reading (after the session exists and, for TLS, the handshake).
   void start_reading();
@@ -131,7 +125,6 @@ class connection : public std::enable_shared_from_this<connection> {
   virtual void on_closed(const std::string& why) = 0;
   /// Shared nghttp2 callbacks; subclasses add theirs.
   static nghttp2_session_callbacks* base_callbacks();
-  slice slice_of(const std::uint8_t* data, std::size_t n);
   asio::ip::tcp::socket& raw_socket();
 
   worker& w_;

@@ -44,6 +44,8 @@ class downstream_connection final : public connection {
   std::size_t open_streams() const { return streams_.size(); }
   /// Every open call, for cancelling at the shutdown deadline.
   std::vector<std::shared_ptr<server_stream>> calls() const;
+  /// The call on `stream`, or null.
+  server_stream* find(std::int32_t stream);
 
  private:
   void init(const tuning& t);
@@ -55,12 +57,11 @@ class downstream_connection final : public connection {
   static int on_data_chunk(nghttp2_session*, std::uint8_t flags, std::int32_t stream, const std::uint8_t* data,
                            std::size_t len, void* user);
   static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
-  server_stream* find(std::int32_t stream);
 
   call_factory make_;
   std::uint32_t max_header_bytes_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
-  std::unordered_map<std::int32_t, std::size_t> header_bytes_;
+  std::size_t header_bytes_ = 0;  // of the header block being received (blocks never interleave)
   bool tls_ = false;
 };
 
@@ -73,11 +74,13 @@ class upstream_connection final : public connection {
   void connect();
   /// Opens a stream carrying `headers` and `body`; its events go to `call`.
   /// The stream id, or a negative nghttp2 error.
-  std::int32_t submit_request(const header_list& headers, pipe& body, std::shared_ptr<client_stream> call);
+  std::int32_t submit_request(const std::vector<header_ref>& headers, pipe& body, std::shared_ptr<client_stream> call);
   /// False once the connection failed, closed or was told to go away: new
   /// calls then get a new connection.
   bool usable() const { return !closed() && !going_away_; }
   const std::string& address() const { return address_; }
+  /// The call on `stream`, or null.
+  client_stream* find(std::int32_t stream);
 
  private:
   void on_closed(const std::string& why) override;
@@ -88,7 +91,6 @@ class upstream_connection final : public connection {
   static int on_data_chunk(nghttp2_session*, std::uint8_t flags, std::int32_t stream, const std::uint8_t* data,
                            std::size_t len, void* user);
   static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
-  client_stream* find(std::int32_t stream);
 
   std::string address_;
   std::chrono::milliseconds connect_timeout_;

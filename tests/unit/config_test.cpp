@@ -23,6 +23,7 @@ backends:
   - address: "10.0.0.7:15002"
   - { address: "spark-pool.spark.svc:15002", name: pool, resolve: all, ui_url: "http://{host}:4040" }
 backend_refresh_secs: 10
+workers: 3
 placement:
   strategy: round_robin
   poll_interval_ms: 1500
@@ -79,6 +80,7 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.backends[3].resolve_all);
   CHECK(g.backends[3].ui_url == "http://{host}:4040");
   CHECK(g.backend_refresh_secs == 10);
+  CHECK(g.workers == 3);
   CHECK(g.placement.strategy == "round_robin");
   CHECK(g.placement.poll_interval_ms == 1500);
   CHECK(g.placement.ewma_alpha == 0.5);
@@ -186,6 +188,8 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {"backends: [{ address: \"a:1\", name: \"x@y\" }]\n", "backends[0].name",
        "'@' is kept for the names of resolved addresses (NAME@IP:PORT)"},
       {one_backend + "backend_refresh_secs: 0\n", "backend_refresh_secs", "must be at least 1, got 0"},
+      {one_backend + "workers: -1\n", "workers", "must be at least 0, got -1"},
+      {one_backend + "workers: 1000\n", "workers", "must be at most 256, got 1000"},
       // top level
       {one_backend + "bind_adr: \"x:1\"\n", "bind_adr", "unknown key"},
       {one_backend + "bind_addr: [1]\n", "bind_addr", "expected a string, got a list"},
