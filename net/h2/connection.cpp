@@ -1,6 +1,12 @@
 #include "net/h2/connection.hpp"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
@@ -229,46 +235,92 @@ void connection::feed(const char* data, std::size_t n) {
 void connection::flush() {
   dirty_ = false;
   if (closed_ || !session_) return;
-  while (!(write_pending_ && filling_.bytes >= max_batch_bytes)) {
-    const std::uint8_t* data = nullptr;
-    const auto n = nghttp2_session_mem_send(session_, &data);
-    if (n < 0) return close(std::string("HTTP/2 error: ") + nghttp2_strerror(static_cast<int>(n)));
-    if (n == 0) break;
-    filling_.add_ctrl(data, static_cast<std::size_t>(n));
+  // Frame, write, repeat while the socket takes everything: a plaintext
+  // write that completes needs no trip through the event loop.
+  for (int round = 0; round < 16 && !closed_; ++round) {
+    while (!(write_pending_ && filling_.bytes >= max_batch_bytes)) {
+      const std::uint8_t* data = nullptr;
+      const auto n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) return close(std::string("HTTP/2 error: ") + nghttp2_strerror(static_cast<int>(n)));
+      if (n == 0) break;
+      filling_.add_ctrl(data, static_cast<std::size_t>(n));
+    }
+    if (!writable_ || write_pending_ || filling_.bytes == 0) break;
+    start_write();
   }
-  if (!writable_) return;
-  if (!write_pending_ && filling_.bytes > 0) return start_write();
-  if (!write_pending_ && !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_))
+  if (!closed_ && !write_pending_ && filling_.bytes == 0 && !nghttp2_session_want_read(session_) &&
+      !nghttp2_session_want_write(session_))
     close("the HTTP/2 session ended");
 }
 
 void connection::start_write() {
   std::swap(filling_, writing_);
   write_pending_ = true;
-  std::vector<asio::const_buffer> iov;
-  iov.reserve(writing_.pieces.size());
+  iov_.clear();
+  iov_.reserve(writing_.pieces.size());
   for (const auto& p : writing_.pieces) {
     if (!p.bytes.empty())
-      iov.emplace_back(p.bytes.data(), p.bytes.size());
+      iov_.push_back({const_cast<char*>(p.bytes.data()), p.bytes.size()});
     else
-      iov.emplace_back(writing_.ctrl.data() + p.ctrl_off, p.ctrl_len);
+      iov_.push_back({writing_.ctrl.data() + p.ctrl_off, p.ctrl_len});
   }
-  auto done = [this, self = shared_from_this()](const asio::error_code& ec, std::size_t) {
-    write_pending_ = false;
-    writing_.clear();
-    if (ec)
-      close(ec.message());
-    else
-      flush();
-    w_.flush_dirty();
-  };
-  // asio's transfer_all hands the kernel at most 64 KiB per call; a batch
-  // goes in as few calls as the socket takes.
+  iov_at_ = 0;
+  if (!tls_) return write_plain();
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(iov_.size());
+  for (const auto& v : iov_) buffers.emplace_back(v.iov_base, v.iov_len);
+  // asio's transfer_all would hand the kernel at most 64 KiB per call.
   auto whole = [](const asio::error_code& ec, std::size_t) -> std::size_t { return ec ? 0 : max_batch_bytes * 4; };
-  if (tls_)
-    asio::async_write(*tls_, iov, whole, std::move(done));
-  else
-    asio::async_write(*plain_, iov, whole, std::move(done));
+  asio::async_write(*tls_, buffers, whole, [this, self = shared_from_this()](const asio::error_code& ec, std::size_t) {
+    if (ec) {
+      close(ec.message());
+    } else {
+      write_done();
+      flush();
+    }
+    w_.flush_dirty();
+  });
+}
+
+void connection::write_plain() {
+  const int fd = plain_->native_handle();
+  while (iov_at_ < iov_.size()) {
+    msghdr msg{};
+    msg.msg_iov = &iov_[iov_at_];
+    msg.msg_iovlen = std::min<std::size_t>(iov_.size() - iov_at_, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // Full: wait for room (the only write that goes through the loop).
+        plain_->async_wait(asio::ip::tcp::socket::wait_write,
+                           [this, self = shared_from_this()](const asio::error_code& ec) {
+                             if (ec) {
+                               close(ec.message());
+                             } else {
+                               write_plain();
+                               if (!write_pending_) flush();
+                             }
+                             w_.flush_dirty();
+                           });
+        return;
+      }
+      return close(std::string("write: ") + std::strerror(errno));
+    }
+    // Skip what went out; a partly written piece keeps its rest.
+    auto left = static_cast<std::size_t>(n);
+    while (left > 0 && left >= iov_[iov_at_].iov_len) left -= iov_[iov_at_++].iov_len;
+    if (left > 0) {
+      iov_[iov_at_].iov_base = static_cast<char*>(iov_[iov_at_].iov_base) + left;
+      iov_[iov_at_].iov_len -= left;
+    }
+  }
+  write_done();
+}
+
+void connection::write_done() {
+  write_pending_ = false;
+  writing_.clear();
 }
 
 // --- downstream: a client of scg -------------------------------------------------

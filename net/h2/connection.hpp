@@ -10,6 +10,7 @@
 // its producer and scg buffers at most the HTTP/2 windows.
 
 #include <nghttp2/nghttp2.h>
+#include <sys/uio.h>
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
@@ -157,6 +158,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void read_more();
   void feed(const char* data, std::size_t n);
   void start_write();
+  void write_plain();
+  void write_done();
 
   std::optional<asio::ip::tcp::socket> plain_;
   std::unique_ptr<tls_socket> tls_;
@@ -164,6 +167,8 @@ class connection : public std::enable_shared_from_this<connection> {
   chunk* reading_ = nullptr;  // the worker's chunk while nghttp2 parses it
   batch filling_, writing_;
   bool write_pending_ = false;
+  std::vector<iovec> iov_;  // the batch being written, from iov_at_ on
+  std::size_t iov_at_ = 0;
   bool closed_ = false;
   bool dirty_ = false;
   friend class worker;
