@@ -1006,7 +1006,27 @@ std::pair<row, std::vector<row>> soak_table(const raw_records& raw, json& report
     for (double x : v) sum += x;
     return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
   };
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const auto n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  // Least-squares slope over every sample, in MiB per minute.
+  double slope = 0;
+  {
+    double st = 0, sv = 0, n = 0;
+    for (const auto& s : raw.soak_samples) st += num(s, "t_s"), sv += num(s, "rss_kib") / 1024, n += 1;
+    double cov = 0, var = 0;
+    for (const auto& s : raw.soak_samples) {
+      const double dt = num(s, "t_s") - st / n;
+      cov += dt * (num(s, "rss_kib") / 1024 - sv / n);
+      var += dt * dt;
+    }
+    if (var > 0) slope = cov / var * 60;
+  }
   const double a = mean(first), b = mean(last), growth = b - a;
+  const double ma = median(first), mb = median(last);
   const auto all = spread_of([&] {
     std::vector<double> v;
     for (const auto& s : raw.soak_samples) v.push_back(num(s, "rss_kib") / 1024);
@@ -1018,6 +1038,9 @@ std::pair<row, std::vector<row>> soak_table(const raw_records& raw, json& report
   report["soak"]["rss_growth_mib"] = round_to(growth, 1);
   report["soak"]["rss_growth_pct"] = round_to(a > 0 ? growth / a * 100 : 0, 1);
   report["soak"]["rss_max_mib"] = round_to(all.max, 1);
+  report["soak"]["rss_first_window_median_mib"] = round_to(ma, 1);
+  report["soak"]["rss_last_window_median_mib"] = round_to(mb, 1);
+  report["soak"]["rss_slope_mib_per_min"] = round_to(slope, 3);
   report["soak"]["window_s"] = round_to(window, 0);
   report["soak"]["samples"] = raw.soak_samples.size();
   const std::string w = fixed(window, 0) + " s";
@@ -1028,6 +1051,9 @@ std::pair<row, std::vector<row>> soak_table(const raw_records& raw, json& report
       {"scg RSS, mean of the first " + w, fixed(a, 1) + " MiB"},
       {"scg RSS, mean of the last " + w, fixed(b, 1) + " MiB"},
       {"growth", (growth >= 0 ? "+" : "") + fixed(growth, 1) + " MiB (" + fixed(a > 0 ? growth / a * 100 : 0, 1) + " %)"},
+      // Medians leave out samples taken while a stream's windows were full.
+      {"scg RSS, median of the first / last " + w, fixed(ma, 1) + " / " + fixed(mb, 1) + " MiB"},
+      {"least-squares slope over all samples", fixed(slope, 3) + " MiB per minute"},
       {"scg RSS max", fixed(all.max, 1) + " MiB"}};
   return {{"soak", "value"}, rows};
 }
