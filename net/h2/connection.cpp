@@ -31,6 +31,16 @@ std::vector<nghttp2_nv> nv_of(const Headers& headers) {
 
 std::string_view sv(const std::uint8_t* p, std::size_t n) { return {reinterpret_cast<const char*>(p), n}; }
 
+/// Removes `stream`'s call from `streams` and returns it (null when none).
+template <class Map>
+typename Map::mapped_type take(Map& streams, std::int32_t stream) {
+  auto it = streams.find(stream);
+  if (it == streams.end()) return {};
+  auto c = std::move(it->second);
+  streams.erase(it);
+  return c;
+}
+
 /// Hands a DATA payload to the stream's call, as a slice of the read buffer;
 /// bytes of a stream with no call give their window back at once.
 template <class Conn, class Call>
@@ -452,12 +462,7 @@ int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t,
 
 int downstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
                                            void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  auto it = self->streams_.find(stream);
-  if (it == self->streams_.end()) return 0;
-  auto c = std::move(it->second);
-  self->streams_.erase(it);
-  c->on_server_stream_closed(error_code);
+  if (auto c = take(static_cast<downstream_connection*>(user)->streams_, stream)) c->on_server_stream_closed(error_code);
   return 0;
 }
 
@@ -603,11 +608,7 @@ int upstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, s
 int upstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
                                          void* user) {
   auto* self = static_cast<upstream_connection*>(user);
-  auto it = self->streams_.find(stream);
-  if (it == self->streams_.end()) return 0;
-  auto c = std::move(it->second);
-  self->streams_.erase(it);
-  c->on_client_stream_closed(error_code, self->closed_why_);
+  if (auto c = take(self->streams_, stream)) c->on_client_stream_closed(error_code, self->closed_why_);
   return 0;
 }
 

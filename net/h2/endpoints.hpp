@@ -16,7 +16,7 @@ namespace scg::net::h2 {
 
 /// HTTP/2 settings of both kinds of connection.
 struct tuning {
-  std::uint32_t stream_window = 1u << 20;      ///< per stream, each way
+  std::uint32_t stream_window = 4u << 20;      ///< per stream, each way (4 MiB: a 4 MiB message in flight)
   std::uint32_t connection_window = 16u << 20;  ///< per connection
   std::uint32_t max_concurrent_streams = 1000;  ///< streams a client may open at once
   std::uint32_t max_header_bytes = 64u << 10;   ///< a request's header block
