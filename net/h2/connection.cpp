@@ -343,7 +343,7 @@ downstream_connection::downstream_connection(worker& w, asio::ip::tcp::socket s,
 
 downstream_connection::downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make,
                                              const tuning& t)
-    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes), tls_(true) {
+    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes) {
   init(t);
 }
 

@@ -62,7 +62,6 @@ class downstream_connection final : public connection {
   std::uint32_t max_header_bytes_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
   std::size_t header_bytes_ = 0;  // of the header block being received (blocks never interleave)
-  bool tls_ = false;
 };
 
 class upstream_connection final : public connection {
