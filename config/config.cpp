@@ -354,6 +354,17 @@ bool valid_dns_name(std::string_view h) {
 
 std::string error::to_string() const { return field + ": " + message; }
 
+std::optional<std::pair<std::string, std::string>> split_host_port(const std::string& addr) {
+  if (!addr.empty() && addr[0] == '[') {
+    const auto close = addr.find("]:");
+    if (close == std::string::npos || close + 2 >= addr.size()) return std::nullopt;
+    return std::pair{addr.substr(1, close - 1), addr.substr(close + 2)};
+  }
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= addr.size()) return std::nullopt;
+  return std::pair{addr.substr(0, colon), addr.substr(colon + 1)};
+}
+
 bool valid_host_port(const std::string& addr, bool allow_zero_port) {
   std::string host;
   std::string_view port;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <map>
 #include <string>
 #include <string_view>
@@ -185,5 +186,9 @@ result load(const std::string& path);
 /// True when `addr` is "host:port" with a port in 1..65535 (0 allowed when
 /// `allow_zero_port`), host a name, IPv4 or [IPv6].
 bool valid_host_port(const std::string& addr, bool allow_zero_port);
+
+/// "host:port" or "[v6]:port" split into host (without brackets) and port;
+/// nullopt when there is no port.
+std::optional<std::pair<std::string, std::string>> split_host_port(const std::string& addr);
 
 }  // namespace scg::config

@@ -1,5 +1,7 @@
 #include "net/admin_http.hpp"
 
+#include "config/config.hpp"
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -18,14 +20,6 @@
 namespace scg::net {
 
 namespace {
-
-/// Splits "host:port" / "[v6]:port"; the config validated the form.
-std::pair<std::string, int> split_host_port(const std::string& addr) {
-  auto colon = addr.rfind(':');
-  std::string host = addr.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {host, std::stoi(addr.substr(colon + 1))};
-}
 
 /// A Prometheus label value with \, " and newlines escaped.
 std::string label(const std::string& v) {
@@ -381,7 +375,10 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
   srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(view), "text/plain; version=0.0.4");
   });
-  auto [host, port] = split_host_port(addr);
+  const auto parts = config::split_host_port(addr);  // the config validated the form
+  if (!parts) throw std::runtime_error("admin_addr " + addr + " is not host:port");
+  const auto& host = parts->first;
+  const int port = std::stoi(parts->second);
   port_ = port == 0 ? srv.bind_to_any_port(host) : (srv.bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) throw std::runtime_error("cannot listen for admin HTTP on admin_addr " + addr);
   thread_ = std::thread([this] { server_->listen_after_bind(); });

@@ -18,18 +18,9 @@ namespace {
 
 /// "host:port" or "[v6]:port" as an endpoint to listen on.
 asio::ip::tcp::endpoint listen_endpoint(const std::string& addr) {
-  std::string host, port;
-  if (!addr.empty() && addr[0] == '[') {
-    const auto close = addr.find("]:");
-    if (close != std::string::npos) {
-      host = addr.substr(1, close - 1);
-      port = addr.substr(close + 2);
-    }
-  } else if (const auto colon = addr.rfind(':'); colon != std::string::npos) {
-    host = addr.substr(0, colon);
-    port = addr.substr(colon + 1);
-  }
-  if (port.empty()) throw std::runtime_error("bind_addr " + addr + " is not host:port");
+  const auto parts = config::split_host_port(addr);
+  if (!parts) throw std::runtime_error("bind_addr " + addr + " is not host:port");
+  const auto& [host, port] = *parts;
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
   asio::error_code ec;
@@ -67,16 +58,12 @@ std::unique_ptr<asio::ssl::context> tls_context(const config::front_tls& tls) {
       ctx->native_handle(),
       [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
          void*) -> int {
-        for (unsigned int i = 0; i < inlen;) {
-          const unsigned len = in[i];
-          if (len == 2 && i + 3 <= inlen && in[i + 1] == 'h' && in[i + 2] == '2') {
-            *out = in + i + 1;
-            *outlen = 2;
-            return SSL_TLSEXT_ERR_OK;
-          }
-          i += 1 + len;
-        }
-        return SSL_TLSEXT_ERR_ALERT_FATAL;
+        static const unsigned char h2[] = {2, 'h', '2'};
+        unsigned char* chosen = nullptr;
+        if (SSL_select_next_proto(&chosen, outlen, h2, sizeof(h2), in, inlen) != OPENSSL_NPN_NEGOTIATED)
+          return SSL_TLSEXT_ERR_ALERT_FATAL;
+        *out = chosen;
+        return SSL_TLSEXT_ERR_OK;
       },
       nullptr);
   return ctx;

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 
+#include "config/config.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
 
@@ -503,18 +504,9 @@ upstream_connection::~upstream_connection() = default;
 
 void upstream_connection::connect() {
   // "host:port" or "[v6]:port".
-  std::string host, port;
-  if (!address_.empty() && address_[0] == '[') {
-    const auto close_at = address_.find(']');
-    if (close_at != std::string::npos) {
-      host = address_.substr(1, close_at - 1);
-      if (close_at + 1 < address_.size() && address_[close_at + 1] == ':') port = address_.substr(close_at + 2);
-    }
-  } else if (const auto colon = address_.rfind(':'); colon != std::string::npos) {
-    host = address_.substr(0, colon);
-    port = address_.substr(colon + 1);
-  }
-  if (host.empty() || port.empty()) return close("bad backend address " + address_ + " (want host:port)");
+  const auto parts = config::split_host_port(address_);
+  if (!parts || parts->first.empty()) return close("bad backend address " + address_ + " (want host:port)");
+  const auto& [host, port] = *parts;
   auto self = std::static_pointer_cast<upstream_connection>(shared_from_this());
   timer_.expires_after(connect_timeout_);
   timer_.async_wait([this, self](const asio::error_code& ec) {

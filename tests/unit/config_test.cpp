@@ -305,6 +305,12 @@ TEST_CASE("host:port accepts names, IPv4 and bracketed IPv6", "[config]") {
         "host:1:2"})
     CHECK_FALSE(valid_host_port(bad, false));
   CHECK(valid_host_port("0.0.0.0:0", true));
+  CHECK(split_host_port("spark-0.spark:15002") == std::pair<std::string, std::string>{"spark-0.spark", "15002"});
+  CHECK(split_host_port("[::1]:9090") == std::pair<std::string, std::string>{"::1", "9090"});
+  CHECK(split_host_port("127.0.0.1:0") == std::pair<std::string, std::string>{"127.0.0.1", "0"});
+  CHECK_FALSE(split_host_port("no-port").has_value());
+  CHECK_FALSE(split_host_port("host:").has_value());
+  CHECK_FALSE(split_host_port("[::1]").has_value());
   CHECK(valid_host_port("[::]:0", true));
   CHECK_FALSE(valid_host_port("0.0.0.0:0", false));
 }
