@@ -9,6 +9,8 @@
 #include <chrono>
 
 #include "actors/health.hpp"
+#include "auth/protowire.hpp"
+#include "auth/rewrite.hpp"
 
 namespace scg::actors {
 
@@ -62,29 +64,46 @@ bool resting(const backend_actor_state& st) {
   return st.backend->removed.load() && st.table->sessions_on(st.index) == 0;
 }
 
-/// The probe: Config for a fixed session of a fixed user, as raw protobuf
-/// (session_id = 1, user_context = 2 { user_id = 1 }). Any answer from the
-/// server, even an error status, shows it alive.
+/// The probe: Config get_option(spark.connect.authenticate.token) for a
+/// fixed session of a fixed user, as raw protobuf (session_id = 1,
+/// user_context = 2 { user_id = 1 }, operation = 3 { get_option = 4 { keys = 1 } }).
+/// A valid request, so the server logs nothing; its answer also shows
+/// whether the server was given its token in SparkConf (a value comes back).
+/// Any answer, even an error status, shows the server alive.
 const std::string& probe_request() {
   static const std::string bytes = [] {
-    const std::string session = "00000000-5c90-4000-8000-000000000001";
-    const std::string user = "scg-health-probe";
-    std::string out;
-    out += '\x0a';
-    out += static_cast<char>(session.size());
-    out += session;
-    out += '\x12';
-    out += static_cast<char>(user.size() + 2);
-    out += '\x0a';
-    out += static_cast<char>(user.size());
-    out += user;
+    namespace pw = auth::protowire;
+    std::string user_context, get_option, operation, out;
+    pw::put_bytes(user_context, 1, "scg-health-probe");
+    pw::put_bytes(get_option, 1, auth::authenticate_token_key);
+    pw::put_bytes(operation, 4, get_option);
+    pw::put_bytes(out, 1, "00000000-5c90-4000-8000-000000000001");
+    pw::put_bytes(out, 2, user_context);
+    pw::put_bytes(out, 3, operation);
     return out;
   }();
   return bytes;
 }
 
-/// Sends one probe; its outcome comes back to `actor` as (probe_atom, answered).
-void send_probe(backend_state& b, int timeout_ms, caf::actor actor) {
+/// True when a ConfigResponse (pairs = 2 { key = 1, value = 2 }) carries a
+/// value for any pair: the token get_option asked for is set in SparkConf.
+bool answers_a_value(std::string_view response) {
+  namespace pw = auth::protowire;
+  pw::field f, g;
+  while (!response.empty()) {
+    if (!pw::next(response, f)) return false;
+    if (f.number != 2 || f.type != 2) continue;
+    for (auto pair = f.payload; !pair.empty();) {
+      if (!pw::next(pair, g)) return false;
+      if (g.number == 2 && g.type == 2) return true;
+    }
+  }
+  return false;
+}
+
+/// Sends one probe; its outcome comes back to `actor` as
+/// (probe_atom, answered, token_exposed).
+void send_probe(backend_state& b, int timeout_ms, const std::string& token, caf::actor actor) {
   struct call {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request, response;
@@ -93,18 +112,25 @@ void send_probe(backend_state& b, int timeout_ms, caf::actor actor) {
   grpc::Slice slice(probe_request());
   c->request = grpc::ByteBuffer(&slice, 1);
   c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!token.empty()) c->ctx.AddMetadata("authorization", "Bearer " + token);
   b.stub->UnaryCall(&c->ctx, "/spark.connect.SparkConnectService/Config", grpc::StubOptions(),
                     &c->request, &c->response, [c, actor](grpc::Status s) {
                       bool answered = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
                                       s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
-                      caf::anon_send(actor, probe_atom::value, answered);
+                      bool exposed = false;
+                      grpc::Slice flat;
+                      if (s.ok() && c->response.DumpToSingleSlice(&flat).ok())
+                        exposed = answers_a_value(
+                            {reinterpret_cast<const char*>(flat.begin()), flat.size()});
+                      caf::anon_send(actor, probe_atom::value, answered, exposed);
                       delete c;
                     });
 }
 
 caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
                             std::shared_ptr<backend_state> backend, backend_index index,
-                            std::shared_ptr<session_table> table, config::health health, caf::actor router) {
+                            std::shared_ptr<session_table> table, config::health health, caf::actor router,
+                            std::string token) {
   self->state.backend = std::move(backend);
   self->state.index = index;
   self->state.table = std::move(table);
@@ -133,8 +159,14 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         if (!down) b.down_since_ms = 0;
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
-      [=](probe_atom, bool answered) {
+      [=](probe_atom, bool answered, bool exposed) {
         auto& st = self->state;
+        if (exposed && !st.backend->token_exposed.exchange(true))
+          log->error("backend_token_exposed backend={} reason=\"the server answers Config for "
+                     "spark.connect.authenticate.token with its value: it was given the token in SparkConf, "
+                     "where any client can read it with SQL (SET, ${{...}}); give it through the "
+                     "SPARK_CONNECT_AUTHENTICATE_TOKEN environment variable (docs/security.md)\"",
+                     st.backend->name);
         switch (st.streak->record(answered)) {
           case health_streak::change::became_unhealthy:
             st.backend->healthy = false;
@@ -162,14 +194,14 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
             .then(
                 [=](bool mine) {
                   if (mine)
-                    send_probe(*self->state.backend, self->state.health.timeout_ms,
+                    send_probe(*self->state.backend, self->state.health.timeout_ms, token,
                                caf::actor_cast<caf::actor>(self));
                   else
                     self->delayed_send(self, std::chrono::milliseconds(self->state.health.interval_ms),
                                        probe_atom::value);
                 },
                 [=](const caf::error&) {
-                  send_probe(*self->state.backend, self->state.health.timeout_ms,
+                  send_probe(*self->state.backend, self->state.health.timeout_ms, token,
                              caf::actor_cast<caf::actor>(self));
                 });
       },
@@ -179,8 +211,10 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
 }  // namespace
 
 caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
-                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router) {
-  return sys.spawn(backend_actor, std::move(backend), index, std::move(table), health, std::move(router));
+                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router,
+                         std::string token) {
+  return sys.spawn(backend_actor, std::move(backend), index, std::move(table), health, std::move(router),
+                   std::move(token));
 }
 
 }  // namespace scg::actors

@@ -73,9 +73,11 @@ void poll(caf::stateful_actor<load_poller_state>* self) {
     st.backend->utilization.store(u);
     self->send(st.router, load_atom::value, st.backend->name, u);
     if (st.failing) log->info("poll_recovered backend={}", st.backend->name);
+    if (st.failing) st.backend->set_poll_error({});
     st.failing = false;
   } else {
     st.backend->poll_errors_total.fetch_add(1, std::memory_order_relaxed);
+    st.backend->set_poll_error(st.backend->ui_url + ": " + r.error);
     if (!st.failing)
       log->warn("poll_failed backend={} ui_url={} reason=\"{}\"", st.backend->name, st.backend->ui_url,
                 r.error);

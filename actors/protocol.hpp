@@ -75,11 +75,13 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
 
 /// One backend: watches its channel's connectivity (reachable) and, on the
 /// replica that owns the backend (asked of `router`), probes it with a cheap
-/// RPC every health.interval_ms and shares the verdict (healthy).
+/// RPC every health.interval_ms and shares the verdict (healthy). The probe
+/// carries `token` (scg's backend token) as a bearer token.
 /// A backend that left the configured set and has no sessions on this
 /// replica (`table`, at `index`) rests: no connection attempts, no probes.
 caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
-                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router);
+                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router,
+                         std::string token);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
 /// (smoothing `alpha`) in backend->utilization — on the one replica that owns

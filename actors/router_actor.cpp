@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "actors/placement.hpp"
+#include "auth/auth_config.hpp"
 #include "cluster/messages.hpp"
 #include "cluster/rendezvous.hpp"
 #include "core/audit.hpp"
@@ -409,10 +410,11 @@ struct router::impl {
   backend_list backends;
   caf::actor actor;
   std::vector<caf::actor> backend_actors;  // grows with reloads; the entries stay (see backend_list)
+  std::string probe_token;                 // what health probes present to backends
 
   void start_backend(backend_index i) {
     const auto& b = backends[i];
-    backend_actors.push_back(spawn_backend(sys, b, i, table, health, actor));
+    backend_actors.push_back(spawn_backend(sys, b, i, table, health, actor, probe_token));
     if (!b->ui_url.empty())
       backend_actors.push_back(spawn_load_poller(sys, b, placement.ewma_alpha,
                                                  std::chrono::milliseconds(placement.poll_interval_ms), actor));
@@ -421,7 +423,13 @@ struct router::impl {
 
 router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
                backend_list backends, std::function<void(std::size_t)> on_members)
-    : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {}})) {
+    : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {}, {}})) {
+  // Probes authenticate as the gateway does: the default backend token, else a tenant's.
+  if (auto tokens = auth::resolve_backend_tokens(cfg.security);
+      auto* creds = std::get_if<auth::backend_credentials>(&tokens)) {
+    impl_->probe_token = creds->default_token;
+    if (impl_->probe_token.empty() && !creds->per_tenant.empty()) impl_->probe_token = creds->per_tenant.begin()->second;
+  }
   router_settings s{};
   s.session_ttl_ms = std::int64_t{cfg.affinity.session_ttl_secs} * 1000;
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;

@@ -244,6 +244,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.limiter = &limiter;
   fx.backend_tokens = std::get<auth::backend_credentials>(std::move(tokens));
   fx.limits = cfg.limits;
+  fx.qualify_users = cfg.security.tenants.qualify_users;
+  fx.default_tenant = cfg.security.tenants.default_tenant;
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
   actors::router router{sys, cfg, table, backends, [&fx, &limiter](std::size_t live) {
                           const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));

@@ -211,7 +211,7 @@ tenants_config parse_tenants_section(const YAML::Node& n,
   const std::string path = "tenants";
   check_keys(n, path,
              {"from", "claim", "header", "value", "default", "on_missing", "on_unknown_tenant",
-              "pools", "backend_tokens"});
+              "pools", "backend_tokens", "spark_user_id"});
   std::string from = "claim";
   if (n["from"])
     from = one_of(n["from"], child(path, "from"), "source", {"claim", "header", "fixed"});
@@ -242,6 +242,9 @@ tenants_config parse_tenants_section(const YAML::Node& n,
   if (n["on_missing"])
     t.reject_missing = one_of(n["on_missing"], child(path, "on_missing"), "action",
                               {"use_default", "reject"}) == "reject";
+  if (n["spark_user_id"])
+    t.qualify_users = one_of(n["spark_user_id"], child(path, "spark_user_id"), "mode",
+                             {"qualified", "plain"}) == "qualified";
   if (n["on_unknown_tenant"])
     t.reject_unknown = one_of(n["on_unknown_tenant"], child(path, "on_unknown_tenant"), "action",
                               {"use_default", "reject"}) == "reject";
@@ -433,6 +436,14 @@ std::variant<security_config, config::error> parse_security(
       reject("tenants.from", "claim needs auth type static, jwt or oidc");
     return s;
   });
+}
+
+std::string spark_user_id(std::string_view tenant, std::string_view user, std::string_view default_tenant) {
+  if (tenant == default_tenant && user.find(':') == std::string_view::npos) return std::string(user);
+  std::string out;
+  out.reserve(tenant.size() + 1 + user.size());
+  out.append(tenant).append(1, ':').append(user);
+  return out;
 }
 
 }  // namespace scg::auth

@@ -124,6 +124,13 @@ struct auth_config {
 
 enum class tenant_source { claim, header, fixed };
 
+/// The user id Spark sees for `user` of `tenant`. Spark keys its sessions by
+/// (user_id, session_id) only, so two tenants' users must never map to one
+/// id: users of the default tenant keep their id (unless it contains ':'),
+/// everyone else becomes "TENANT:USER". Tenant names hold no ':', so the
+/// mapping is one-to-one.
+std::string spark_user_id(std::string_view tenant, std::string_view user, std::string_view default_tenant);
+
 /// The `tenants:` section.
 struct tenants_config {
   tenant_source from = tenant_source::claim;
@@ -133,6 +140,8 @@ struct tenants_config {
   std::string default_tenant = "default";
   bool reject_missing = false;  ///< on_missing: reject
   bool reject_unknown = false;  ///< on_unknown_tenant: reject
+  /// spark_user_id: qualified (default): Spark sees spark_user_id(); plain: the user id as is.
+  bool qualify_users = true;
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
   std::map<std::string, secret_ref, std::less<>> backend_tokens;
 };
@@ -178,6 +187,12 @@ struct backend_credentials {
   std::map<std::string, std::string, std::less<>> per_tenant;
   /// The token for calls of `tenant`: its override, else the default (may be empty).
   const std::string& for_tenant(std::string_view tenant) const;
+  /// Every token, the default first (what responses must never show).
+  std::vector<std::string> all() const {
+    std::vector<std::string> out{default_token};
+    for (const auto& [tenant, token] : per_tenant) out.push_back(token);
+    return out;
+  }
 };
 
 /// Resolves backend_token and tenants.backend_tokens. A token must be

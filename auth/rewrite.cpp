@@ -1,5 +1,7 @@
 #include "auth/rewrite.hpp"
 
+#include <algorithm>
+
 #include "auth/protowire.hpp"
 
 namespace scg::auth {
@@ -132,7 +134,14 @@ std::optional<std::string> rewrite_user_id(std::string_view request, std::string
   return out;
 }
 
-redact_outcome redact_config_response(std::string_view response, std::string& out) {
+bool names_token_setting(std::string_view key) {
+  if (key.empty() || key.size() > authenticate_token_key.size()) return false;
+  const auto at = authenticate_token_key.size() - key.size();
+  return authenticate_token_key.substr(at) == key && (at == 0 || authenticate_token_key[at - 1] == '.');
+}
+
+redact_outcome redact_config_response(std::string_view response, std::string& out,
+                                      const std::vector<std::string>& secrets) {
   std::string result;
   result.reserve(response.size());
   bool changed = false;
@@ -144,13 +153,16 @@ redact_outcome redact_config_response(std::string_view response, std::string& ou
       continue;
     }
     // The key is the last length-delimited field 1, as protobuf reads it.
-    std::string_view pair = f.payload, key;
+    std::string_view pair = f.payload, key, value;
     field g;
     while (!pair.empty()) {
       if (!protowire::next(pair, g)) return redact_outcome::malformed;
       if (g.number == key_field && g.type == 2) key = g.payload;
+      if (g.number == value_field && g.type == 2) value = g.payload;
     }
-    if (key != authenticate_token_key) {
+    const bool secret = std::any_of(secrets.begin(), secrets.end(),
+                                    [&](const std::string& s) { return !s.empty() && value == s; });
+    if (!names_token_setting(key) && !secret) {
       result.append(f.whole);
       continue;
     }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace scg::auth {
 
@@ -22,9 +23,17 @@ std::optional<std::string> rewrite_user_id(std::string_view request, std::string
 
 enum class redact_outcome { unchanged, redacted, malformed };
 
+/// True when a Config key names the token setting: the whole key, or what
+/// get_all(prefix) leaves of it after stripping the prefix ("token",
+/// "authenticate.token", ...).
+bool names_token_setting(std::string_view key);
+
 /// In a ConfigResponse (pairs = field 2, KeyValue key = 1, value = 2), sets
-/// the value of every pair whose key is authenticate_token_key to
-/// "[redacted]". `out` is written only when the outcome is `redacted`.
-redact_outcome redact_config_response(std::string_view response, std::string& out);
+/// to "[redacted]" the value of every pair whose key names the token setting
+/// (names_token_setting) or whose value is one of `secrets` (the backend
+/// tokens scg holds; empty ones are ignored). `out` is written only when the
+/// outcome is `redacted`.
+redact_outcome redact_config_response(std::string_view response, std::string& out,
+                                      const std::vector<std::string>& secrets = {});
 
 }  // namespace scg::auth

@@ -31,6 +31,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -346,7 +347,7 @@ class forward_call final : public h2::server_stream,
   void request_bytes(slice s) {
     if (!in_request_) {
       in_request_ = true;
-      hold_request_ = !routed_ || identity_.verified;
+      hold_request_ = !routed_ || rewrite_users_;
     }
     if (finished_) return down_->consume(down_stream_, s.size());
     if (hold_request_) {
@@ -391,7 +392,7 @@ class forward_call final : public h2::server_stream,
       return route(true);
     }
     // Later messages (AddArtifacts) carry the verified user too.
-    if (identity_.verified && !rewrite_user(msg)) {
+    if (rewrite_users_ && !rewrite_user(msg)) {
       core::bump(core::global_metrics().forward_invalid_argument_total);
       return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
                           std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
@@ -508,11 +509,18 @@ class forward_call final : public h2::server_stream,
                                                                     " message: " + scan.reason);
       }
     }
-    if (identity_.verified) {
-      fields_.user_id = identity_.user_id;
-      if (has_message && !rewrite_user(first_))
-        return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
-                            std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
+    // The user id Spark sees: the verified one, qualified by its tenant
+    // (Spark keys sessions by user and session id alone: tenants must not meet).
+    const std::string sent_user = fields_.user_id;
+    if (identity_.verified) fields_.user_id = identity_.user_id;
+    spark_user_ = fx_.qualify_users && !identity_.tenant.empty()
+                      ? auth::spark_user_id(identity_.tenant, fields_.user_id, fx_.default_tenant)
+                      : fields_.user_id;
+    rewrite_users_ = identity_.verified || spark_user_ != sent_user;
+    if (rewrite_users_ && has_message && !rewrite_user(first_)) {
+      core::bump(core::global_metrics().forward_invalid_argument_total);
+      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
     has_first_message_ = has_message;
     if (!admit()) return;
@@ -726,7 +734,7 @@ class forward_call final : public h2::server_stream,
   bool rewrite_user(held_message& msg) {
     auto body = readable_body(msg, request_encoding_);
     if (!body) return false;
-    auto rewritten = auth::rewrite_user_id(*body, identity_.user_id);
+    auto rewritten = auth::rewrite_user_id(*body, spark_user_);
     if (!rewritten) return false;
     msg = message_of(*rewritten);
     return true;
@@ -790,7 +798,7 @@ class forward_call final : public h2::server_stream,
     const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
     const auto& op = !operation_id_.empty() ? operation_id_ : fields_.operation_id;
     if (!op.empty())
-      send_interrupt(*backend_, fields_.session_id, fields_.user_id, op, fx_.backend_tokens.for_tenant(identity_.tenant),
+      send_interrupt(*backend_, fields_.session_id, spark_user_, op, fx_.backend_tokens.for_tenant(identity_.tenant),
                      request_id_);
     core::bump(core::global_metrics().executions_killed_total);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
@@ -804,12 +812,20 @@ class forward_call final : public h2::server_stream,
                      (op.empty() ? std::string("(id unknown)") : op) + " was interrupted");
   }
 
-  /// Hides the backend's own token if a (pre-4.0) server echoes it in Config.
+  /// Hides the backend's token when a server echoes it in Config (it does
+  /// when the token was given in SparkConf): under its key, what get_all(prefix)
+  /// leaves of its key, or any key whose value is a token scg holds.
   void redact_config(held_message& msg) {
     auto body = readable_body(msg, response_encoding_);
-    if (!body || body->find(auth::authenticate_token_key) == std::string::npos) return;
+    if (!body) return;
+    const auto secrets = fx_.backend_tokens.all();
+    const bool suspect = body->find("token") != std::string::npos ||
+                         std::any_of(secrets.begin(), secrets.end(), [&](const std::string& t) {
+                           return !t.empty() && body->find(t) != std::string::npos;
+                         });
+    if (!suspect) return;
     std::string redacted;
-    if (auth::redact_config_response(*body, redacted) != auth::redact_outcome::redacted) return;
+    if (auth::redact_config_response(*body, redacted, secrets) != auth::redact_outcome::redacted) return;
     msg = message_of(redacted);
     core::bump(core::global_metrics().config_redactions_total);
   }
@@ -961,6 +977,8 @@ class forward_call final : public h2::server_stream,
   backend_index backend_index_ = 0;
   int final_code_ = 0;
   auth::identity identity_{"", "", false};  // who calls, for which tenant
+  std::string spark_user_;                  // the user id Spark sees (auth::spark_user_id)
+  bool rewrite_users_ = false;              // requests carry spark_user_ instead of their own
   std::string operation_id_;                // the execution's id, once known
   bool holds_execution_slot_ = false;
   std::optional<core::trace_parent> trace_;   // this call's trace and span id; set only when tracing

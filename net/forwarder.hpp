@@ -70,6 +70,8 @@ struct forward_context {
   const auth::authenticator* auth = nullptr;  ///< who calls, which tenant; never null in a replica
   auth::rate_limiter* limiter = nullptr;      ///< rate_limits; null: none
   auth::backend_credentials backend_tokens;   ///< authorization scg presents to backends
+  bool qualify_users = true;                  ///< tenants.spark_user_id: qualified
+  std::string default_tenant = "default";     ///< tenants.default
   config::limits limits;                      ///< per-tenant bulkheads
   execution_slots executions;
   /// This replica's share of cluster-wide limits: 1 / live members.

@@ -2,7 +2,11 @@
 # Installs the Debian bookworm packages scg needs to build, test and benchmark.
 # Idempotent; skips apt when everything is already installed.
 #
-#   scripts/setup.sh           what the build, the tests and the demo need
+#   scripts/setup.sh           what the build, the tests and the demo need,
+#                              the real-Spark tier's too (tests/realspark/: Java 17,
+#                              two pinned PySpark virtual environments under
+#                              build/realspark/, each carrying its Spark server, and
+#                              the Go client's modules); cached after the first run
 #   scripts/setup.sh --bench   that, plus the benchmark's comparison proxies and
 #                              h2load (scripts/bench.sh calls this when they are missing)
 set -euo pipefail
@@ -14,6 +18,7 @@ packages=(
   catch2 libasio-dev libssl-dev libjemalloc-dev libnghttp2-dev zlib1g-dev
   curl procps iproute2 python3 python3-yaml openssl
   chromium prometheus
+  openjdk-17-jre-headless python3-venv
 )
 
 # Bench only: nginx and HAProxy to compare scg with, h2load as a second load
@@ -39,4 +44,30 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# --- the real-Spark tier (tests/realspark/): one virtual environment per Spark
+# version, from the pinned requirements; a stamp file skips pip next time.
+cd "$(dirname "$0")/.."
+lab=build/realspark
+mkdir -p "$lab"
+for v in 4.3 4.0; do
+  venv="$lab/py${v/./}"
+  req="tests/realspark/requirements-$v.txt"
+  stamp="$venv/.scg-requirements"
+  if [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then continue; fi
+  echo "setup: PySpark $v into $venv (pinned: $req)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  cp "$req" "$stamp"
+done
+# The spark-connect-go client program, built here so the tests only run it.
+if ! command -v go > /dev/null; then
+  echo "setup: the Go toolchain is missing (the real-Spark tier builds tests/realspark/goclient with it)" >&2
+  exit 1
+fi
+if [ ! -x "$lab/goclient" ] || [ -n "$(find tests/realspark/goclient -newer "$lab/goclient" -type f)" ]; then
+  echo "setup: building the spark-connect-go test client"
+  (cd tests/realspark/goclient && go build -o "../../../$lab/goclient" .)
 fi

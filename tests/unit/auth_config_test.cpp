@@ -222,3 +222,19 @@ TEST_CASE("each section parses on its own", "[auth][config]") {
   REQUIRE(std::holds_alternative<scg::config::error>(bad));
   CHECK(std::get<scg::config::error>(bad).field == "tenants.header");
 }
+
+TEST_CASE("the user id Spark sees keeps two tenants' users apart", "[auth][tenants]") {
+  using scg::auth::spark_user_id;
+  CHECK(spark_user_id("default", "bob", "default") == "bob");
+  CHECK(spark_user_id("red", "bob", "default") == "red:bob");
+  CHECK(spark_user_id("blue", "bob", "default") == "blue:bob");
+  // A default-tenant user cannot pose as another tenant's user by choosing its id.
+  CHECK(spark_user_id("default", "red:bob", "default") == "default:red:bob");
+  CHECK(spark_user_id("red", "", "default") == "red:");
+}
+
+TEST_CASE("tenants.spark_user_id is qualified unless set to plain", "[auth][tenants][config]") {
+  CHECK(ok("bind_addr: x").tenants.qualify_users);
+  CHECK_FALSE(ok("tenants: { spark_user_id: plain }").tenants.qualify_users);
+  CHECK(error_of("tenants: { spark_user_id: mixed }").find("tenants.spark_user_id") == 0);
+}

@@ -181,3 +181,32 @@ TEST_CASE("Config responses without the token pass unchanged - malformed ones ar
   CHECK(redact_config_response(std::string("\x12\x02\x0a\x09", 4), out) ==
         redact_outcome::malformed);
 }
+
+TEST_CASE("get_all with a prefix cannot read the token under its stripped key, nor under any key by value",
+          "[auth][rewrite]") {
+  CHECK(names_token_setting("spark.connect.authenticate.token"));
+  CHECK(names_token_setting("token"));
+  CHECK(names_token_setting("authenticate.token"));
+  CHECK_FALSE(names_token_setting("oken"));
+  CHECK_FALSE(names_token_setting("spark.token"));
+  CHECK_FALSE(names_token_setting(""));
+
+  spark::connect::ConfigResponse resp;
+  auto* stripped = resp.add_pairs();  // get_all(prefix = "spark.connect.authenticate.")
+  stripped->set_key("token");
+  stripped->set_value("backend-secret");
+  auto* elsewhere = resp.add_pairs();  // the same value under a key of the user's choice
+  elsewhere->set_key("spark.my.copy");
+  elsewhere->set_value("backend-secret");
+  auto* other = resp.add_pairs();
+  other->set_key("spark.my.other");
+  other->set_value("backend-secret-not");
+  std::string out;
+  REQUIRE(redact_config_response(resp.SerializeAsString(), out, {"", "backend-secret"}) ==
+          redact_outcome::redacted);
+  spark::connect::ConfigResponse parsed;
+  REQUIRE(parsed.ParseFromString(out));
+  CHECK(parsed.pairs(0).value() == "[redacted]");
+  CHECK(parsed.pairs(1).value() == "[redacted]");
+  CHECK(parsed.pairs(2).value() == "backend-secret-not");
+}

@@ -1,0 +1,315 @@
+"""Real Spark Connect servers and scg replicas on loopback, for the real-Spark tier.
+
+Every process this module starts is recorded by pid and killed at exit (and the
+shared servers by `servers.py stop`). Ports come from the kernel (port 0 where
+the program takes it, else a free port found by binding and releasing it).
+
+The shared server set (started once per ctest run by `servers.py start`) is
+described in build/realspark/servers.json:
+  {"token": ..., "servers": [{"name", "version", "grpc", "ui", "pid", "home", "log"}]}
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+BUILD = Path(os.environ.get("SCG_BUILD_DIR", ROOT / "build")).resolve()
+LAB = BUILD / "realspark"
+SERVERS_JSON = LAB / "servers.json"
+
+# The Spark versions the tier runs, each from its own virtual environment
+# (scripts/setup_realspark.sh creates them with pinned packages).
+VENVS = {"4.3": LAB / "py43", "4.0": LAB / "py40"}
+
+# Spark settings of the test servers. The reattachable stream duration is cut
+# to a few seconds so that every query longer than that is reattached (the
+# production default is 2 minutes).
+STREAM_SECS = 3
+SERVER_CONF = {
+    "spark.connect.execute.reattachable.senderMaxStreamDuration": f"{STREAM_SECS}s",
+    "spark.connect.execute.reattachable.senderMaxStreamSize": "8m",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    "spark.ui.enabled": "true",
+}
+
+_children: list[subprocess.Popen] = []
+
+
+def _reap_children() -> None:
+    for p in _children:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+    for p in _children:
+        with contextlib.suppress(Exception):
+            p.wait(timeout=10)
+
+
+atexit.register(_reap_children)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, pred, timeout: float, interval: float = 0.2):
+    """Polls pred() until it returns a truthy value; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - kept for the failure message
+            last_exc = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" +
+                         (f" (last error: {last_exc})" if last_exc else ""))
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def spark_home(version: str) -> Path:
+    found = sorted(VENVS[version].glob("lib/python3*/site-packages/pyspark"))
+    return found[0] if found else VENVS[version] / "lib" / "python3" / "site-packages" / "pyspark"
+
+
+def venv_python(version: str) -> str:
+    return str(VENVS[version] / "bin" / "python")
+
+
+# --- Spark Connect servers -----------------------------------------------------------
+
+
+def start_spark(name: str, version: str, workdir: Path, token: str | None,
+                conf: dict | None = None, heap: str = "512m") -> dict:
+    """Starts a Spark Connect server in local mode; returns its description once
+    its gRPC port accepts connections. The token goes in through the
+    environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), never on the command line
+    or in SparkConf (docs/security.md says why)."""
+    grpc_port, ui_port = free_port(), free_port()
+    home = spark_home(version)
+    log = workdir / f"{name}.log"
+    env = dict(os.environ)
+    env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_LOG_DIR": str(workdir), "SPARK_CONF_DIR": str(workdir / f"{name}-conf"),
+                "PYSPARK_PYTHON": venv_python(version)})
+    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+    if token:
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    (workdir / f"{name}-conf").mkdir(parents=True, exist_ok=True)
+    settings = dict(SERVER_CONF)
+    settings.update({"spark.connect.grpc.binding.port": str(grpc_port), "spark.ui.port": str(ui_port),
+                     "spark.local.dir": str(workdir / f"{name}-tmp"),
+                     "spark.sql.warehouse.dir": str(workdir / f"{name}-warehouse")})
+    settings.update(conf or {})
+    argv = [str(home / "bin" / "spark-submit"), "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+            "--name", name, "--driver-memory", heap,
+            "--driver-java-options", "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1"]
+    for k, v in settings.items():
+        argv += ["--conf", f"{k}={v}"]
+    out = open(log, "ab")
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir,
+                         start_new_session=True)
+    _children.append(p)
+    return {"name": name, "version": version, "grpc": grpc_port, "ui": ui_port, "pid": p.pid,
+            "home": str(home), "log": str(log), "popen": p}
+
+
+def wait_spark_ready(server: dict, timeout: float = 120) -> None:
+    def ready():
+        p = server.get("popen")
+        if p is not None and p.poll() is not None:
+            raise AssertionError(f"Spark server {server['name']} exited with {p.returncode}; "
+                                 f"log: {server['log']}\n{tail(server['log'])}")
+        return port_open(server["grpc"])
+    wait_for(f"Spark server {server['name']} on :{server['grpc']}", ready, timeout, 0.5)
+
+
+def tail(path: str, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def shared_servers() -> dict:
+    """The server set `servers.py start` left running for this ctest run."""
+    if not SERVERS_JSON.exists():
+        raise AssertionError(f"{SERVERS_JSON} is missing: the realspark_servers_start fixture did not run")
+    lab = json.loads(SERVERS_JSON.read_text())
+    for s in lab["servers"]:
+        if not pid_alive(s["pid"]):
+            raise AssertionError(f"shared Spark server {s['name']} (pid {s['pid']}) is not running")
+    return lab
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def kill_tree(pid: int, sig=signal.SIGKILL) -> None:
+    """Signals a process group started with start_new_session (spark-submit
+    execs java, which keeps the group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def warn_error_lines(log_path: str, since_offset: int = 0) -> list[str]:
+    """WARN/ERROR lines of a Spark log from byte offset `since_offset`."""
+    with open(log_path, "rb") as f:
+        f.seek(since_offset)
+        text = f.read().decode(errors="replace")
+    return [l for l in text.splitlines() if " WARN " in l or " ERROR " in l]
+
+
+def log_size(path: str) -> int:
+    return os.path.getsize(path)
+
+
+def ui_json(server: dict, path: str):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server['ui']}{path}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+# --- scg --------------------------------------------------------------------------------
+
+
+class Scg:
+    """One scg replica started from a config dict (written as JSON, which is YAML)."""
+
+    def __init__(self, config: dict, workdir: Path, name: str = "scg", env: dict | None = None):
+        self.name = name
+        self.dir = workdir
+        self.config = config
+        self.cfg_path = workdir / f"{name}.yaml"
+        self.port_file = workdir / f"{name}.ports"
+        self.log = workdir / f"{name}.log"
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.cfg_path.write_text(json.dumps(self.config, indent=1))
+        with contextlib.suppress(FileNotFoundError):
+            self.port_file.unlink()
+        env = dict(os.environ)
+        env.update(self.env or {})
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen([str(BUILD / "scg"), "--config", str(self.cfg_path),
+                                      "--port-file", str(self.port_file)],
+                                     stdout=out, stderr=subprocess.STDOUT, env=env)
+        _children.append(self.proc)
+
+        def ports():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"scg {self.name} exited with {self.proc.returncode}:\n{tail(str(self.log))}")
+            if self.port_file.exists() and self.port_file.stat().st_size > 0:
+                return json.loads(self.port_file.read_text())
+            return None
+        self.ports = wait_for(f"scg {self.name} port file", ports, 20, 0.05)
+        self.grpc = self.ports["grpc"]
+        self.admin = self.ports.get("admin")
+
+    def url(self, extra: str = "") -> str:
+        return f"sc://127.0.0.1:{self.grpc}/" + (f";{extra}" if extra else "")
+
+    def get(self, path: str, timeout: float = 5):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}{path}", timeout=timeout) as r:
+            body = r.read()
+        return json.loads(body) if path.startswith("/api") else body.decode()
+
+    def post(self, path: str):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.admin}{path}", method="POST", data=b"")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+
+    def metric(self, name: str, labels: dict | None = None) -> float:
+        """Sum of the samples of metric `name` whose labels include `labels`."""
+        total = 0.0
+        for line in self.get("/metrics").splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric, _, lab = head.partition("{")
+            if metric != name:
+                continue
+            if labels and not all(f'{k}="{v}"' in lab for k, v in labels.items()):
+                continue
+            total += float(value)
+        return total
+
+    def ready(self) -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/readyz", timeout=2)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def backend_entry(server: dict, **extra) -> dict:
+    e = {"name": server["name"], "address": f"127.0.0.1:{server['grpc']}",
+         "ui_url": f"http://127.0.0.1:{server['ui']}"}
+    e.update(extra)
+    return e
+
+
+def base_config(servers: list[dict], token: str | None, **overrides) -> dict:
+    cfg = {
+        "bind_addr": "127.0.0.1:0",
+        "admin_addr": "127.0.0.1:0",
+        "backends": [backend_entry(s) for s in servers],
+        "placement": {"strategy": "least_loaded", "poll_interval_ms": 500},
+        "health": {"interval_ms": 500, "timeout_ms": 1000, "failures": 3, "successes": 1},
+        "logging": {"level": "info"},
+    }
+    if token:
+        cfg["backend_token"] = {"kind": "inline", "value": token}
+    cfg.update(overrides)
+    return cfg
+
+
+def workdir(name: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix=f"scg-rs-{name}-", dir="/tmp"))
+    return d
