@@ -48,10 +48,6 @@ struct backend_state {
   std::atomic<std::int64_t> in_flight{0};        ///< calls being forwarded to it now
   std::atomic<std::uint64_t> calls_total{0};     ///< calls started to it
   std::atomic<std::uint64_t> unavailable_total{0};  ///< calls that failed to reach it
-  /// The server answers Config for spark.connect.authenticate.token with its
-  /// value: it was given the token in SparkConf, where SQL (SET, ${...}) shows it.
-  std::atomic<bool> token_exposed{false};
-
   /// Why the last Spark UI poll failed; empty after a good one.
   std::string poll_error() const {
     std::lock_guard lock{note_mu_};

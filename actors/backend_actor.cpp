@@ -10,7 +10,6 @@
 
 #include "actors/health.hpp"
 #include "auth/protowire.hpp"
-#include "auth/rewrite.hpp"
 
 namespace scg::actors {
 
@@ -64,19 +63,17 @@ bool resting(const backend_actor_state& st) {
   return st.backend->removed.load() && st.table->sessions_on(st.index) == 0;
 }
 
-/// The probe: Config get_option(spark.connect.authenticate.token) for a
-/// fixed session of a fixed user, as raw protobuf (session_id = 1,
-/// user_context = 2 { user_id = 1 }, operation = 3 { get_option = 4 { keys = 1 } }).
-/// A valid request, so the server logs nothing; its answer also shows
-/// whether the server was given its token in SparkConf (a value comes back).
-/// Any answer, even an error status, shows the server alive.
+/// The probe: Config get_option with no keys, for a fixed session of a
+/// fixed user, as raw protobuf (session_id = 1, user_context = 2
+/// { user_id = 1 }, operation = 3 { get_option = 4 {} }): a valid request,
+/// so the driver logs nothing, and the cheapest one Spark answers. Any
+/// answer, even an error status, shows the server alive.
 const std::string& probe_request() {
   static const std::string bytes = [] {
     namespace pw = auth::protowire;
-    std::string user_context, get_option, operation, out;
+    std::string user_context, operation, out;
     pw::put_bytes(user_context, 1, "scg-health-probe");
-    pw::put_bytes(get_option, 1, auth::authenticate_token_key);
-    pw::put_bytes(operation, 4, get_option);
+    pw::put_bytes(operation, 4, "");
     pw::put_bytes(out, 1, "00000000-5c90-4000-8000-000000000001");
     pw::put_bytes(out, 2, user_context);
     pw::put_bytes(out, 3, operation);
@@ -85,24 +82,7 @@ const std::string& probe_request() {
   return bytes;
 }
 
-/// True when a ConfigResponse (pairs = 2 { key = 1, value = 2 }) carries a
-/// value for any pair: the token get_option asked for is set in SparkConf.
-bool answers_a_value(std::string_view response) {
-  namespace pw = auth::protowire;
-  pw::field f, g;
-  while (!response.empty()) {
-    if (!pw::next(response, f)) return false;
-    if (f.number != 2 || f.type != 2) continue;
-    for (auto pair = f.payload; !pair.empty();) {
-      if (!pw::next(pair, g)) return false;
-      if (g.number == 2 && g.type == 2) return true;
-    }
-  }
-  return false;
-}
-
-/// Sends one probe; its outcome comes back to `actor` as
-/// (probe_atom, answered, token_exposed).
+/// Sends one probe; its outcome comes back to `actor` as (probe_atom, answered).
 void send_probe(backend_state& b, int timeout_ms, const std::string& token, caf::actor actor) {
   struct call {
     grpc::ClientContext ctx;
@@ -117,12 +97,7 @@ void send_probe(backend_state& b, int timeout_ms, const std::string& token, caf:
                     &c->request, &c->response, [c, actor](grpc::Status s) {
                       bool answered = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
                                       s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
-                      bool exposed = false;
-                      grpc::Slice flat;
-                      if (s.ok() && c->response.DumpToSingleSlice(&flat).ok())
-                        exposed = answers_a_value(
-                            {reinterpret_cast<const char*>(flat.begin()), flat.size()});
-                      caf::anon_send(actor, probe_atom::value, answered, exposed);
+                      caf::anon_send(actor, probe_atom::value, answered);
                       delete c;
                     });
 }
@@ -159,14 +134,8 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         if (!down) b.down_since_ms = 0;
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
-      [=](probe_atom, bool answered, bool exposed) {
+      [=](probe_atom, bool answered) {
         auto& st = self->state;
-        if (exposed && !st.backend->token_exposed.exchange(true))
-          log->error("backend_token_exposed backend={} reason=\"the server answers Config for "
-                     "spark.connect.authenticate.token with its value: it was given the token in SparkConf, "
-                     "where any client can read it with SQL (SET, ${{...}}); give it through the "
-                     "SPARK_CONNECT_AUTHENTICATE_TOKEN environment variable (docs/security.md)\"",
-                     st.backend->name);
         switch (st.streak->record(answered)) {
           case health_streak::change::became_unhealthy:
             st.backend->healthy = false;

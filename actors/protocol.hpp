@@ -18,7 +18,7 @@ namespace scg::actors {
 
 // router ← data path (through scg::actors::router)
 using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
-using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index)
+using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index, route_callback)
 using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_callback)
 
 // router ← load poller

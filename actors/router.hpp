@@ -49,8 +49,10 @@ class router {
   /// replicated, audited. Answers like resolve().
   void rebind(std::string key, route_callback done) const;
 
-  /// Binds `key` to `backend` unless bound (CloneSession's new session).
-  void bind_clone(std::string key, backend_index backend) const;
+  /// Binds `key` to `backend` unless bound (CloneSession's new session); in
+  /// a cluster, also at the key's owner. `done` hears the binding in force
+  /// once the owner has it (or did not answer within a second).
+  void bind_clone(std::string key, backend_index backend, route_callback done) const;
 
   /// The session `key` started operation `op_id`.
   void operation_started(std::string key, std::string op_id) const;

@@ -299,12 +299,34 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](load_atom, const std::string& name, double utilization) {
         replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string());
       },
-      [=](clone_atom, const std::string& key, backend_index backend) {
-        if (self->state.table->find_session(key, now_ms())) return;
+      [=](clone_atom, const std::string& key, backend_index backend, const route_callback& done) {
+        auto& st = self->state;
+        if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
-        replicate(self, cluster::put_atom::value, "s/" + key, self->state.backends[backend]->name,
-                  std::string());
+        const auto& name = st.backends[backend]->name;
+        replicate(self, cluster::put_atom::value, "s/" + key, name, std::string());
+        // The clone's first call may reach any replica the moment the client
+        // has its answer: the key's owner, whom a replica without the binding
+        // asks, learns it before the answer goes out.
+        std::vector<std::string> all = st.member_names;
+        all.push_back(st.settings.node_name);
+        auto it = std::find(st.member_names.begin(), st.member_names.end(), cluster::owner_of(key, all));
+        if (!st.cluster || it == st.member_names.end()) return done({backend, {}});
+        auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
+        self->request(owner_router, ask_timeout, cluster::decide_atom::value, key, name)
+            .then([=](const std::string&) { done({backend, {}}); },
+                  [=](const caf::error&) {
+                    core::bump(core::global_metrics().router_owner_unreachable_total);
+                    done({backend, {}});
+                  });
+      },
+      [=](cluster::decide_atom, const std::string& key, const std::string& name) -> std::string {
+        // A peer bound a clone and tells us, the key's owner, before its client hears of it.
+        auto& st = self->state;
+        if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
+        auto r = adopt(self, key, name);
+        return r.backend ? st.backends[*r.backend]->name : std::string();
       },
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
@@ -461,8 +483,8 @@ void router::rebind(std::string key, route_callback done) const {
   caf::anon_send(impl_->actor, rebind_atom::value, std::move(key), std::move(done));
 }
 
-void router::bind_clone(std::string key, backend_index backend) const {
-  caf::anon_send(impl_->actor, clone_atom::value, std::move(key), backend);
+void router::bind_clone(std::string key, backend_index backend, route_callback done) const {
+  caf::anon_send(impl_->actor, clone_atom::value, std::move(key), backend, std::move(done));
 }
 
 void router::operation_started(std::string key, std::string op_id) const {

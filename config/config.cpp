@@ -264,7 +264,13 @@ gateway parse_gateway(const YAML::Node& root) {
     read_int(n, "affinity", "op_ttl_secs", g.affinity.op_ttl_secs, 1);
   }
   if (const YAML::Node n = root["limits"]; present(n)) {
-    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "per_tenant", "tenants"});
+    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "retry_status", "per_tenant", "tenants"});
+    if (n["retry_status"]) {
+      const auto v = as_string(n["retry_status"], "limits.retry_status");
+      if (v != "resource_exhausted" && v != "unavailable")
+        reject("limits.retry_status", "unknown status " + in_quotes(v) + " (expected resource_exhausted or unavailable)");
+      g.limits.retry_unavailable = v == "unavailable";
+    }
     if (n["max_message_bytes"])
       g.limits.max_message_bytes = static_cast<std::size_t>(
           integer_in(n["max_message_bytes"], "limits.max_message_bytes", 1024, INT_MAX));

@@ -56,6 +56,11 @@ struct bulkhead {
 struct limits {
   std::size_t max_message_bytes = 256u << 20;  ///< both directions, both sides
   int connect_timeout_ms = 3000;  ///< a backend that cannot be reached answers UNAVAILABLE after this
+  /// The status of "retry later" refusals (rate limits, bulkheads, shedding):
+  /// false: RESOURCE_EXHAUSTED with RetryInfo (PySpark 4.1+ waits and retries;
+  /// 4.0 and spark-connect-go give up); true: UNAVAILABLE with RetryInfo
+  /// (every client retries, on its own backoff). docs/compatibility.md.
+  bool retry_unavailable = false;
   bulkhead per_tenant;                                    ///< every tenant's, unless overridden
   std::map<std::string, bulkhead, std::less<>> tenants;  ///< per tenant: replaces per_tenant
   const bulkhead& for_tenant(std::string_view tenant) const {

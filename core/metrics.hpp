@@ -44,6 +44,7 @@ namespace scg::core {
   X(rate_limited_total, "Calls refused RESOURCE_EXHAUSTED by rate_limits")                       \
   X(executions_refused_total, "Executions refused: the tenant is at limits.max_executions")      \
   X(executions_killed_total, "Executions interrupted at limits.max_execution_secs")              \
+  X(executions_reattach_refused_total, "Reattaches refused: scg ended their operation at max_execution_secs") \
   X(forward_oversized_total, "Calls ended RESOURCE_EXHAUSTED: a message over limits.max_message_bytes, either way") \
   X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")   \
   X(tracing_spans_exported_total, "Spans the OTLP collector accepted")                            \

@@ -225,7 +225,6 @@ std::string backends_json(const admin_view& view) {
                     {"score", score_of(view, i, bound)},
                     {"utilization", utilization_of(b)},
                     {"load_error", b.poll_error()},
-                    {"token_exposed", b.token_exposed.load()},
                     {"sessions", i < bound.size() ? bound[i] : 0},
                     {"in_flight", b.in_flight.load()}});
   }
@@ -310,8 +309,6 @@ std::string metrics_text(const admin_view& view) {
        [&](std::size_t i) { return std::to_string(view.backends[i]->polls_total.load()); }},
       {"backend_poll_errors_total", "Failed Spark UI polls", "counter",
        [&](std::size_t i) { return std::to_string(view.backends[i]->poll_errors_total.load()); }},
-      {"backend_token_exposed", "1 when the server shows its authentication token to Config (it is in SparkConf)",
-       "gauge", [&](std::size_t i) { return std::string(view.backends[i]->token_exposed ? "1" : "0"); }},
   };
   // One series per name: an entry superseded by a newer one of the same
   // name (its address changed on reload) is left out.

@@ -75,6 +75,9 @@ spdlog::logger& forward_log() {
   return *log;
 }
 
+/// Execution responses up to this size are read whole (for result_complete).
+constexpr std::uint32_t small_response_bytes = 512;
+
 /// Executions: the streams a tenant's bulkhead counts and times.
 bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
 
@@ -178,6 +181,7 @@ class forward_call final : public h2::server_stream,
     if (!request_prefix_.empty()) down_->consume(down_stream_, request_prefix_.bytes());
     if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
     if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
+    if (!execution_op_.empty()) settle_operation();
     if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                 {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
@@ -292,7 +296,7 @@ class forward_call final : public h2::server_stream,
   void on_client_stream_closed(std::uint32_t error_code, const std::string& why) override {
     up_closed_ = true;
     to_backend_.drop();
-    if (finished_) return;
+    if (finished_ || pending_status_) return;  // pending: on_clone_bound finishes
     if (!got_headers_) {
       // Nothing came from the backend: the gateway could not reach it.
       core::bump(core::global_metrics().forward_backend_unavailable_total);
@@ -413,8 +417,11 @@ class forward_call final : public h2::server_stream,
     if (!in_response_) {
       in_response_ = true;
       // The first answer of the RPCs scg learns from (or redacts) is read whole.
-      hold_response_ = response_split_.messages() == 0 &&
-                       (rpc_ == rpc::config || rpc_ == rpc::execute_plan || rpc_ == rpc::clone_session);
+      hold_response_ = (response_split_.messages() == 0 &&
+                        (rpc_ == rpc::config || rpc_ == rpc::execute_plan || rpc_ == rpc::clone_session)) ||
+                       // Small execution responses are read to see the result complete
+                       // (Spark sends it alone, a few dozen bytes).
+                       (!execution_op_.empty() && response_.header.length <= small_response_bytes);
     }
     if (finished_) return up_->consume(up_stream_, s.size());
     if (hold_response_) {
@@ -441,8 +448,8 @@ class forward_call final : public h2::server_stream,
                    {}, true);
       return false;
     }
+    response_.header = h;  // read by response_bytes, which the prefix reaches first
     release_prefix(response_prefix_, &forward_call::response_bytes);
-    response_.header = h;
     core::bump(core::global_metrics().forward_response_bytes_total, h.length);
     return true;
   }
@@ -453,9 +460,33 @@ class forward_call final : public h2::server_stream,
     held_message msg = std::move(response_);
     response_ = held_message{};
     learn_from_first_response(msg);
+    if (!execution_op_.empty() && !result_complete_) note_result_complete(msg);
     if (rpc_ == rpc::config) redact_config(msg);
+    if (clone_pending_) {
+      clone_answer_ = std::move(msg);
+      return;
+    }
+    pass_held_response(std::move(msg));
+  }
+
+  void pass_held_response(held_message msg) {
     while (!msg.bytes.empty()) msg.bytes.pop(msg.bytes.bytes(), [this](slice s) { to_client_.push(std::move(s), false); });
     down_->resume(down_stream_);
+  }
+
+  /// The cloned session's binding is in force (at the key's owner too): its
+  /// answer, and the status that came after it, go on to the client.
+  void on_clone_bound() {
+    clone_pending_ = false;
+    if (finished_ && !pending_status_) return;
+    pass_held_response(std::move(clone_answer_));
+    clone_answer_ = held_message{};
+    if (pending_status_) {
+      auto status = std::move(*pending_status_);
+      pending_status_.reset();
+      finish_with_backend_status(status, false);
+    }
+    w_.flush_dirty();
   }
 
   /// The body of `msg` to read: inflated when it came compressed; nullopt
@@ -626,7 +657,9 @@ class forward_call final : public h2::server_stream,
     if (is_execution(rpc_)) {
       // An execution longer than its tenant may run is cut here, then interrupted.
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
-        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+        // Counted from the operation's start (a reattach continues it).
+        const auto since_start = std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_started_ms_));
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs) - since_start;
         if (!deadline || limit < *deadline) {
           execution_limit_ = limit;
           deadline = limit;
@@ -673,13 +706,29 @@ class forward_call final : public h2::server_stream,
 
   void learn_operation(const std::string& op_id) {
     operation_id_ = op_id;
+    adopt_execution(op_id);
     fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms());
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
   }
 
+  /// Sees ExecutePlanResponse.result_complete: the operation's last response.
+  void note_result_complete(const held_message& msg) {
+    if (msg.header.length > small_response_bytes) return;
+    response_fields f;
+    if (!msg.header.compressed) {
+      result_complete_ = scan_response(rpc_, msg.body(), f) && f.result_complete;
+      return;
+    }
+    auto body = readable_body(msg, response_encoding_);
+    result_complete_ = body &&
+                       scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f) &&
+                       f.result_complete;
+  }
+
   void learn_from_first_response(const held_message& msg) {
-    if (rpc_ != rpc::execute_plan && rpc_ != rpc::clone_session) return;
+    if (learned_first_ || (rpc_ != rpc::execute_plan && rpc_ != rpc::clone_session)) return;
+    learned_first_ = true;
     response_fields f;
     auto ok = [&] {
       if (!msg.header.compressed) return bool(scan_response(rpc_, msg.body(), f));
@@ -692,15 +741,23 @@ class forward_call final : public h2::server_stream,
       learn_operation(f.operation_id);
     if (rpc_ == rpc::clone_session) {
       const auto& id = !f.new_session_id.empty() ? f.new_session_id : fields_.new_session_id;
-      if (!id.empty())
-        fx_.router->bind_clone(actors::session_key{identity_.tenant, fields_.user_id, id}.str(), backend_index_);
+      if (!id.empty()) {
+        // The answer waits for the binding (response_message_end holds it).
+        clone_pending_ = true;
+        fx_.router->bind_clone(actors::session_key{identity_.tenant, fields_.user_id, id}.str(), backend_index_,
+                               [self = shared_from_this()](actors::route_result) {
+                                 self->w_.post([self] { self->on_clone_bound(); });
+                               });
+      }
     }
   }
 
   void learn_from_success() {
     if (rpc_ == rpc::release_session && !fields_.session_id.empty()) {
       fx_.router->session_released(key_);
-    } else if (rpc_ == rpc::release_execute && fields_.release_all && fx_.table->erase_op(fields_.operation_id)) {
+    } else if (rpc_ == rpc::release_execute && fields_.release_all) {
+      fx_.executions.finish(fields_.operation_id);
+      if (!fx_.table->erase_op(fields_.operation_id)) return;
       core::bump(core::global_metrics().router_operations_released_total);
       fx_.router->operation_released(key_, fields_.operation_id);
     }
@@ -740,9 +797,25 @@ class forward_call final : public h2::server_stream,
     return true;
   }
 
-  /// Rate limits and the executions bulkhead; false when the call was refused.
+  /// A ReattachExecute or ReleaseExecute of an operation scg has routed:
+  /// the continuation of a call that was admitted.
+  bool continues_operation() const {
+    return (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty() &&
+           fx_.table->has_op(fields_.operation_id);
+  }
+
+  /// Rate limits and the executions bulkhead; false when the call was
+  /// refused. A query allowed to run keeps its slot across every reattach.
+  /// ReattachExecute and ReleaseExecute start no work and are never rate
+  /// limited: PySpark 4.1+ answers a refused ExecutePlan with a Reattach
+  /// before it sends the ExecutePlan again, and a limit that took its token
+  /// for that Reattach would refuse the ExecutePlan forever (measured:
+  /// tests/realspark `retries`).
   bool admit() {
-    if (fx_.limiter && fx_.limiter->enabled()) {
+    const bool continuation = continues_operation();
+    const bool starts_no_work =
+        (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty();
+    if (fx_.limiter && fx_.limiter->enabled() && !starts_no_work) {
       auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
       if (!a.allowed) {
         core::bump(core::global_metrics().rate_limited_total);
@@ -757,9 +830,27 @@ class forward_call final : public h2::server_stream,
       }
     }
     if (!is_execution(rpc_)) return true;
+    sweep_executions();
     const auto cap = fx_.limits.for_tenant(identity_.tenant).max_executions;
     // Each replica holds its share of the cluster-wide cap, at least one.
     const int mine = cap > 0 ? std::max(1, static_cast<int>(std::ceil(cap * fx_.share.load()))) : 0;
+    if (rpc_ == rpc::reattach_execute && !fields_.operation_id.empty()) {
+      const auto now = actors::now_ms();
+      auto a = fx_.executions.attach(fields_.operation_id);
+      if (!a && continuation) a = fx_.executions.attach_unknown(fields_.operation_id, identity_.tenant, mine, now);
+      if (a) {
+        if (a->killed) {
+          core::bump(core::global_metrics().executions_reattach_refused_total);
+          log_.info("reattach_refused request_id={} operation_id={} reason=\"ended at max_execution_secs\"",
+                    request_id_, fields_.operation_id);
+          finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, killed_message(fields_.operation_id));
+          return false;
+        }
+        execution_op_ = fields_.operation_id;
+        execution_started_ms_ = a->started;
+        return true;
+      }
+    }
     if (!fx_.executions.try_take(identity_.tenant, mine)) {
       core::bump(core::global_metrics().executions_refused_total);
       core::audit("execution.refused", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
@@ -772,7 +863,39 @@ class forward_call final : public h2::server_stream,
       return false;
     }
     holds_execution_slot_ = true;
+    execution_started_ms_ = actors::now_ms();
     return true;
+  }
+
+  /// Forgets operations detached longer than Spark keeps them (at most once a second).
+  void sweep_executions() {
+    const auto now = actors::now_ms();
+    auto last = fx_.executions_swept_ms.load(std::memory_order_relaxed);
+    if (now - last < 1000 || !fx_.executions_swept_ms.compare_exchange_strong(last, now)) return;
+    fx_.executions.expire(now, fx_.detached_ttl_ms);
+  }
+
+  /// The ExecutePlan's operation id is known: its slot and start move to the operation.
+  void adopt_execution(const std::string& op) {
+    if (!holds_execution_slot_ || rpc_ != rpc::execute_plan) return;
+    holds_execution_slot_ = false;
+    execution_op_ = op;
+    fx_.executions.adopt(op, identity_.tenant, execution_started_ms_);
+  }
+
+  /// This stream of the operation ends: the operation ends with it when its
+  /// result was complete or it failed; else (a cut stream, a client gone) it
+  /// waits for a reattach.
+  void settle_operation() {
+    if (execution_killed_) return;  // kill() settled it
+    const auto code = static_cast<grpc::StatusCode>(final_code_);
+    const bool goes_on = !result_complete_ && (code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
+                                               code == grpc::StatusCode::UNAVAILABLE ||
+                                               code == grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (goes_on)
+      fx_.executions.detach(execution_op_, actors::now_ms());
+    else
+      fx_.executions.finish(execution_op_);
   }
 
   /// The deadline or the execution limit came (whichever is first).
@@ -792,24 +915,33 @@ class forward_call final : public h2::server_stream,
     });
   }
 
+  std::string killed_message(const std::string& op) const {
+    const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
+    return "scg: the execution ran longer than tenant " + identity_.tenant +
+           " may (limits.max_execution_secs = " + std::to_string(secs) + ", counted from its start across "
+           "reattaches); operation " + (op.empty() ? std::string("(id unknown)") : op) + " was interrupted";
+  }
+
   /// The execution outlived max_execution_secs: the backend is told to stop
-  /// it, the client why its stream ended.
+  /// it, the client why its stream ended (RESOURCE_EXHAUSTED without
+  /// RetryInfo: no client retries or reattaches it; a reattach is told the same).
   void kill_execution() {
     const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
     const auto& op = !operation_id_.empty() ? operation_id_ : fields_.operation_id;
     if (!op.empty())
       send_interrupt(*backend_, fields_.session_id, spark_user_, op, fx_.backend_tokens.for_tenant(identity_.tenant),
                      request_id_);
+    if (!execution_op_.empty()) {
+      fx_.executions.kill(execution_op_, actors::now_ms());
+      execution_killed_ = true;
+    }
     core::bump(core::global_metrics().executions_killed_total);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"operation", op},
                                      {"backend", backend_->name}, {"request_id", request_id_}});
     log_.warn("execution_killed request_id={} backend={} operation_id={} limit_secs={}", request_id_, backend_->name,
               op, secs);
-    finish_local(grpc::StatusCode::DEADLINE_EXCEEDED,
-                 "scg: the execution ran longer than tenant " + identity_.tenant +
-                     " may (limits.max_execution_secs = " + std::to_string(secs) + "); operation " +
-                     (op.empty() ? std::string("(id unknown)") : op) + " was interrupted");
+    finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, killed_message(op));
   }
 
   /// Hides the backend's token when a server echoes it in Config (it does
@@ -873,6 +1005,10 @@ class forward_call final : public h2::server_stream,
   /// The backend's status ends the call; scg replaces it only to say what
   /// scg did (an execution it cut, a stream message it refused).
   void finish_with_backend_status(h2::header_list& status, bool trailers_only) {
+    if (clone_pending_ && !trailers_only) {  // after the held answer (on_clone_bound)
+      pending_status_ = std::move(status);
+      return;
+    }
     int code = static_cast<int>(grpc::StatusCode::UNKNOWN);
     for (const auto& h : status)
       if (h.name == "grpc-status") code = std::atoi(h.value.c_str());
@@ -897,6 +1033,7 @@ class forward_call final : public h2::server_stream,
   /// Refuses the call with `code` and a google.rpc.RetryInfo detail, which
   /// Spark clients honour by waiting `delay` before retrying.
   void finish_retry_later(grpc::StatusCode code, const std::string& message, std::chrono::milliseconds delay) {
+    if (fx_.limits.retry_unavailable) code = grpc::StatusCode::UNAVAILABLE;  // limits.retry_status
     finish_local(code, message, auth::retry_status_details(static_cast<int>(code), message, delay));
   }
 
@@ -980,7 +1117,13 @@ class forward_call final : public h2::server_stream,
   std::string spark_user_;                  // the user id Spark sees (auth::spark_user_id)
   bool rewrite_users_ = false;              // requests carry spark_user_ instead of their own
   std::string operation_id_;                // the execution's id, once known
-  bool holds_execution_slot_ = false;
+  bool holds_execution_slot_ = false;       // a slot taken for this call, not yet its operation's
+  std::string execution_op_;                 // the operation this execution stream belongs to
+  std::int64_t execution_started_ms_ = 0;    // its start (steady ms): the time limit counts from here
+  bool execution_killed_ = false, result_complete_ = false, learned_first_ = false;
+  bool clone_pending_ = false;                   // CloneSession's answer waits for its binding
+  held_message clone_answer_;
+  std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_
   std::optional<core::trace_parent> trace_;   // this call's trace and span id; set only when tracing
   std::optional<core::span_id> parent_span_;  // the client's span; absent for a root span
   std::int64_t span_start_ns_ = 0;

@@ -15,6 +15,7 @@
 #include "actors/session_table.hpp"
 #include "auth/auth_config.hpp"
 #include "config/config.hpp"
+#include "net/executions.hpp"
 
 namespace scg::core {
 class span_exporter;
@@ -32,31 +33,6 @@ class server_stream;
 
 namespace scg::net {
 
-/// Concurrent executions per tenant on this replica (the max_executions bulkhead).
-class execution_slots {
- public:
-  /// Takes a slot of `tenant` unless `cap` are taken; cap 0: no limit.
-  bool try_take(const std::string& tenant, int cap) {
-    std::lock_guard lock{mu_};
-    auto& n = in_use_[tenant];
-    if (cap > 0 && n >= cap) {
-      if (n == 0) in_use_.erase(tenant);
-      return false;
-    }
-    ++n;
-    return true;
-  }
-  void give_back(const std::string& tenant) {
-    std::lock_guard lock{mu_};
-    auto it = in_use_.find(tenant);
-    if (it != in_use_.end() && --it->second <= 0) in_use_.erase(it);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, int> in_use_;
-};
-
 /// What every forwarded call shares; outlives all calls.
 struct forward_context {
   actors::backend_list backends;
@@ -73,7 +49,11 @@ struct forward_context {
   bool qualify_users = true;                  ///< tenants.spark_user_id: qualified
   std::string default_tenant = "default";     ///< tenants.default
   config::limits limits;                      ///< per-tenant bulkheads
-  execution_slots executions;
+  execution_ledger executions;                ///< executions by operation (max_executions, max_execution_secs)
+  /// An operation with no stream attached for this long is forgotten (Spark
+  /// drops a detached execution after 5 minutes).
+  std::int64_t detached_ttl_ms = 5 * 60 * 1000;
+  std::atomic<std::int64_t> executions_swept_ms{0};
   /// This replica's share of cluster-wide limits: 1 / live members.
   std::atomic<double> share{1.0};
   core::span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched

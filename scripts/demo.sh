@@ -3,10 +3,15 @@
 # Spark Connect servers, a scripted client session through it, then (when run
 # from a terminal) the gateway stays up for your own client until Ctrl-C.
 #   SCG_DEMO_PORT (default 15003), SCG_DEMO_ADMIN_PORT (default 9090)
+#   --spark: the same walkthrough on two real Spark 4.3 Connect servers with a
+#            PySpark client (tests/realspark/demo.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 SCG_TARGETS="scg scg-fake-spark scg-demo-client" scripts/build.sh
+if [ "${1:-}" = "--spark" ]; then
+  exec build/realspark/py43/bin/python tests/realspark/demo.py
+fi
 
 port=${SCG_DEMO_PORT:-15003}
 admin=${SCG_DEMO_ADMIN_PORT:-9090}

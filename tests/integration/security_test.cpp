@@ -160,7 +160,8 @@ grpc::Status upload_as(int port, const std::string& token, const std::string& se
 TEST_CASE("static tokens: only known callers pass, as themselves, and the backend sees scg's own token",
           "[integration][security]") {
   temp_dir dir;
-  auto backend = start_fake(dir, "fake-guarded", {"--token", "backend-secret-1"});
+  auto backend = start_fake(dir, "fake-guarded",
+                            {"--token", "backend-secret-1", "--config-echo", "spark.connect.authenticate.token=fake-secret-token"});
   auto token_file = dir.write("backend-token", "backend-secret-1\n");
   auto gw = start_gateway(dir,
                           gateway_yaml({&backend},
@@ -180,7 +181,7 @@ TEST_CASE("static tokens: only known callers pass, as themselves, and the backen
   // accepts the call because scg presents the backend token, not alice's.
   auto ok = config_with(gw.grpc_port, "tok-alice-0123456789", "s1", "mallory");
   REQUIRE(ok.status.ok());
-  CHECK(ok.backend_user == "alice");
+  CHECK(ok.backend_user == "team-a:alice");  // qualified by its tenant (tenants.spark_user_id)
   CHECK(ok.response.find("fake-secret-token") == std::string::npos);  // redacted
   CHECK(ok.response.find("[redacted]") != std::string::npos);
   CHECK(metric_value(gw.admin_port, "scg_config_redactions_total") == 1);

@@ -172,6 +172,8 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {"backends: [\"sc:1\", { address: foo }]\n", "backends[1].address",
        "\"foo\" is not host:port"},
       {"backends: [\"sc:0\"]\n", "backends[0]", "\"sc:0\" is not host:port"},
+      {"backends: [\"sc:1\"]\nlimits: { retry_status: maybe }\n", "limits.retry_status",
+       "unknown status \"maybe\" (expected resource_exhausted or unavailable)"},
       {"backends: [[\"sc:1\"]]\n", "backends[0]", "expected \"host:port\" or a map, got a list"},
       {"backends: [{ name: x }]\n", "backends[0].address", "required"},
       {"backends: [{ address: { host: a } }]\n", "backends[0].address",

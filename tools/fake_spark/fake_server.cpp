@@ -468,8 +468,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     return unary(ctx, "Config", *request, *response, session_use::create,
                  [&](session_state&) -> maybe_error {
                    add_pair(*response, "spark.fake.backend", state_.name());
-                   // A secret an older Spark would echo: the gateway must redact it.
-                   add_pair(*response, "spark.connect.authenticate.token", "fake-secret-token");
+                   if (auto eq = defaults_.config_echo.find('='); eq != std::string::npos)
+                     add_pair(*response, defaults_.config_echo.substr(0, eq), defaults_.config_echo.substr(eq + 1));
                    return std::nullopt;
                  });
   }

@@ -23,6 +23,10 @@ struct options {
   int64_t delay_ms = 0;
   int64_t max_message_bytes = int64_t{256} << 20;
   std::string token;  // non-empty: calls need "authorization: Bearer TOKEN"
+  // "KEY=VALUE" added to every Config answer. Real Spark (4.0, 4.3) never
+  // shows its authentication token there; this emulates a server that would,
+  // so scg's redaction stays tested.
+  std::string config_echo;
 };
 
 /// The emulator's gRPC server; its state lives as long as the object.

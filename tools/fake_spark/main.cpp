@@ -21,6 +21,7 @@ constexpr const char* usage =
     "usage: scg-fake-spark --listen HOST:PORT --name NAME [--ui-listen HOST:PORT]\n"
     "         [--port-file FILE] [--stream-max-responses N] [--responses N]\n"
     "         [--payload-bytes N] [--delay-ms N] [--max-message-bytes N] [--token TOKEN]\n"
+    "         [--config-echo KEY=VALUE]\n"
     "PORT 0 picks a free port; --port-file receives {\"grpc\": PORT, \"ui\": PORT}.\n";
 
 std::optional<int64_t> parse_count(const std::string& text) {
@@ -41,7 +42,8 @@ std::optional<options> parse_args(int argc, char** argv) {
                                                           {"--name", &opts.name},
                                                           {"--ui-listen", &opts.ui_listen},
                                                           {"--port-file", &opts.port_file},
-                                                          {"--token", &opts.token}};
+                                                          {"--token", &opts.token},
+                                                          {"--config-echo", &opts.config_echo}};
   const std::map<std::string, int64_t*> count_flags = {
       {"--stream-max-responses", &opts.stream_max_responses},
       {"--responses", &opts.responses},

@@ -1,0 +1,135 @@
+#include "net/executions.hpp"
+
+namespace scg::net {
+
+bool execution_ledger::try_take(const std::string& tenant, int cap) {
+  std::lock_guard lock{mu_};
+  auto& n = slots_[tenant];
+  if (cap > 0 && n >= cap) {
+    if (n == 0) slots_.erase(tenant);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void execution_ledger::give_back(const std::string& tenant) {
+  std::lock_guard lock{mu_};
+  auto it = slots_.find(tenant);
+  if (it != slots_.end() && --it->second <= 0) slots_.erase(it);
+}
+
+void execution_ledger::release_slot(operation& o) {
+  if (!o.holds_slot) return;
+  o.holds_slot = false;
+  auto it = slots_.find(o.tenant);
+  if (it != slots_.end() && --it->second <= 0) slots_.erase(it);
+}
+
+void execution_ledger::adopt(const std::string& op, const std::string& tenant, ms started) {
+  std::lock_guard lock{mu_};
+  auto [it, fresh] = ops_.try_emplace(op);
+  auto& o = it->second;
+  if (fresh) {
+    o.tenant = tenant;
+    o.started = started;
+    o.holds_slot = true;
+  } else {
+    auto s = slots_.find(tenant);  // the caller's slot: the operation has one
+    if (s != slots_.end() && --s->second <= 0) slots_.erase(s);
+  }
+  ++o.streams;
+  o.detached_since = 0;
+}
+
+std::optional<execution_ledger::attached> execution_ledger::attach(const std::string& op) {
+  std::lock_guard lock{mu_};
+  auto it = ops_.find(op);
+  if (it == ops_.end()) return std::nullopt;
+  auto& o = it->second;
+  if (!o.killed) {
+    ++o.streams;
+    o.detached_since = 0;
+  }
+  return attached{o.started, o.killed};
+}
+
+execution_ledger::attached execution_ledger::attach_unknown(const std::string& op, const std::string& tenant,
+                                                            int cap, ms started) {
+  std::lock_guard lock{mu_};
+  auto [it, fresh] = ops_.try_emplace(op);
+  auto& o = it->second;
+  if (fresh) {
+    o.tenant = tenant;
+    o.started = started;
+    auto& n = slots_[tenant];
+    if (cap <= 0 || n < cap) {
+      ++n;
+      o.holds_slot = true;
+    } else if (n == 0) {
+      slots_.erase(tenant);
+    }
+  }
+  if (!o.killed) {
+    ++o.streams;
+    o.detached_since = 0;
+  }
+  return attached{o.started, o.killed};
+}
+
+void execution_ledger::detach(const std::string& op, ms now) {
+  std::lock_guard lock{mu_};
+  auto it = ops_.find(op);
+  if (it == ops_.end() || it->second.killed) return;
+  auto& o = it->second;
+  if (o.streams > 0) --o.streams;
+  if (o.streams == 0) o.detached_since = now;
+}
+
+void execution_ledger::finish(const std::string& op) {
+  std::lock_guard lock{mu_};
+  auto it = ops_.find(op);
+  if (it == ops_.end()) return;
+  release_slot(it->second);
+  ops_.erase(it);
+}
+
+void execution_ledger::kill(const std::string& op, ms now) {
+  std::lock_guard lock{mu_};
+  auto it = ops_.find(op);
+  if (it == ops_.end()) return;
+  auto& o = it->second;
+  release_slot(o);
+  o.killed = true;
+  o.streams = 0;
+  o.detached_since = now;
+}
+
+std::size_t execution_ledger::expire(ms now, ms ttl) {
+  std::lock_guard lock{mu_};
+  std::size_t n = 0;
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    auto& o = it->second;
+    if (o.streams == 0 && o.detached_since > 0 && now - o.detached_since >= ttl) {
+      release_slot(o);
+      it = ops_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+int execution_ledger::in_use(const std::string& tenant) const {
+  std::lock_guard lock{mu_};
+  auto it = slots_.find(tenant);
+  return it == slots_.end() ? 0 : it->second;
+}
+
+std::size_t execution_ledger::size() const {
+  std::lock_guard lock{mu_};
+  return ops_.size();
+}
+
+}  // namespace scg::net
