@@ -350,10 +350,27 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   while (reader->Read(&r)) {
   }
   auto status = reader->Finish();
-  CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  // RESOURCE_EXHAUSTED without RetryInfo: no Spark client retries or reattaches it.
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(status.error_message().find("max_execution_secs") != std::string::npos);
   CHECK(status.error_message().find("runaway-op") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  {
+    // A reattach of the killed operation is told the same, not forwarded.
+    grpc::ClientContext rctx;
+    rctx.AddMetadata("x-tenant", "team-a");
+    sc::ReattachExecuteRequest rr;
+    rr.set_session_id("b-0");
+    *rr.mutable_user_context() = user_ctx("u");
+    rr.set_operation_id("runaway-op");
+    auto again = stub->ReattachExecute(&rctx, rr);
+    while (again->Read(&r)) {
+    }
+    auto rs = again->Finish();
+    CHECK(rs.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(rs.error_message().find("max_execution_secs") != std::string::npos);
+    CHECK(metric_value(gw.admin_port, "scg_executions_reattach_refused_total") == 1);
+  }
   // The backend got the Interrupt and marked the operation interrupted.
   CHECK(eventually([&] {
     auto stats = nlohmann::json::parse(http_get(backend.ui_port, "/fake/stats").second);

@@ -633,14 +633,25 @@ def tls_token():
             "s = S.builder.remote(sys.argv[1]).create(); print(s.range(7).count()); "
             "print(s.sql('select current_user() as u').collect()[0].u)")
     env = dict(os.environ, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(work / "ca.pem"))
-    r = subprocess.run([sys.executable, "-c", code, f"sc://localhost:{scg.grpc}/;token={client_token}"],
-                       env=env, capture_output=True, text=True, timeout=120)
-    out = r.stdout.split()
-    check(r.returncode == 0 and out[:1] == ["7"], f"a query over TLS with token= works ({r.stderr[-300:]})")
+
+    def run(url: str, extra_env=None):
+        r = subprocess.run([sys.executable, "-c", code, url], env=dict(env, **(extra_env or {})),
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout.split(), r.stderr
+    # A host other than "localhost": token= means TLS (ssl_channel_credentials).
+    rc, out, err = run(f"sc://127.0.0.1:{scg.grpc}/;token={client_token}")
+    check(rc == 0 and out[:1] == ["7"], f"a query over TLS with token= works ({err[-300:]})")
     check(out[1:2] == ["carol"], f"Spark sees the verified user ({out[1:2]})")
-    r = subprocess.run([sys.executable, "-c", code, f"sc://localhost:{scg.grpc}/;token=wrong"],
-                       env=env, capture_output=True, text=True, timeout=120)
-    check(r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, "a wrong token is refused UNAUTHENTICATED")
+    rc, out, err = run(f"sc://127.0.0.1:{scg.grpc}/;token=wrong")
+    check(rc != 0 and "UNAUTHENTICATED" in err, "a wrong token is refused UNAUTHENTICATED")
+    # Plaintext alternatives, through a front door without TLS.
+    plain = lab.Scg({k: v for k, v in cfg.items() if k != "tls"}, work, "plain")
+    rc, out, err = run(f"sc://localhost:{plain.grpc}/;token={client_token}")
+    check(rc == 0 and out[:2] == ["7", "carol"],
+          f"host localhost: token= goes over gRPC local credentials, plaintext on loopback ({err[-200:]})")
+    rc, out, err = run(f"sc://127.0.0.1:{plain.grpc}/;authorization=Bearer {client_token}")
+    check(rc == 0 and out[:2] == ["7", "carol"],
+          f"any host: an 'authorization' parameter is sent as metadata on a plaintext channel ({err[-200:]})")
 
 
 # --- clients -------------------------------------------------------------------------------------
