@@ -18,6 +18,9 @@ namespace scg::actors {
 
 // router ← data path (through scg::actors::router)
 using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
+                                                                // (key, route_callback, session, user, observed):
+                                                                //   a session a server may still hold
+using holder_atom = caf::atom_constant<caf::atom("holder")>;    // (key, int64 backend or -1): search result
 using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index, route_callback)
 using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_callback)
 
@@ -56,6 +59,8 @@ struct router_settings {
   /// every backend. A `resolve: all` entry's name covers its NAME@ADDRESS backends.
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
   std::function<void(std::size_t)> on_members;  ///< live replicas, self included, on each change
+  std::string backend_token;   ///< what searches for a session's holder present to backends
+  int search_timeout_ms = 1000;  ///< health.timeout_ms: each server's answer to a search
 };
 
 /// The session directory: places new sessions, spawns and tracks session

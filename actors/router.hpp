@@ -45,6 +45,12 @@ class router {
   /// now, answers that binding.
   void resolve(std::string key, route_callback done) const;
 
+  /// As resolve(), for a session the client has seen on a server (it sent
+  /// client_observed_server_side_session_id): a server that still holds it
+  /// gets the binding; only when none does is it placed (holder_search.hpp).
+  void resolve_held(std::string key, std::string session_id, std::string spark_user, std::string observed,
+                    route_callback done) const;
+
   /// Moves `key` off the lost backend it is bound to: a new placement,
   /// replicated, audited. Answers like resolve().
   void rebind(std::string key, route_callback done) const;

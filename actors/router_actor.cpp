@@ -6,6 +6,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
 #include "auth/auth_config.hpp"
 #include "cluster/messages.hpp"
@@ -31,6 +32,8 @@ struct router_state {
   caf::actor cluster;
   std::vector<std::string> member_names;
   std::vector<caf::actor> member_routers;
+  /// Searches for the holder of a forgotten session under way: the calls waiting on each.
+  std::unordered_map<std::string, std::vector<route_callback>> searching;
   static inline const char* name = "router";
 };
 
@@ -216,6 +219,17 @@ void forget_idle(self_ptr self, std::unordered_map<std::string, caf::actor>::ite
   self->state.sessions.erase(it);
 }
 
+/// A session this replica has no binding for: the cluster may know it, else
+/// it is new (admitted, then placed by its key's owner).
+void resolve_new(self_ptr self, const std::string& key, const route_callback& done) {
+  auto& st = self->state;
+  if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
+  if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down"});
+  if (auto refused = refuse_new(st, key)) return done(*refused);
+  if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
+  done(decide_here(self, key));
+}
+
 caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_settings settings,
                            std::shared_ptr<session_table> table, backend_list backends) {
   auto& st = self->state;
@@ -229,13 +243,67 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
   });
   self->delayed_send(self, op_sweep_interval, tick_atom::value);
   return {
-      [=](bind_atom, const std::string& key, const route_callback& done) {
+      [=](bind_atom, const std::string& key, const route_callback& done) { resolve_new(self, key, done); },
+      [=](bind_atom, const std::string& key, const route_callback& done, const std::string& session,
+          const std::string& user, const std::string& observed) {
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
-        if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down"});
-        if (auto refused = refuse_new(st, key)) return done(*refused);
-        if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
-        done(decide_here(self, key));
+        auto [it, first] = st.searching.try_emplace(key);
+        it->second.push_back(done);
+        if (!first) return;  // a search for this session is under way
+        auto search = [=](const std::string& known) {
+          auto& st = self->state;
+          if (!known.empty()) {  // a peer has the binding after all
+            auto waiting = std::move(st.searching[key]);
+            st.searching.erase(key);
+            auto r = adopt(self, key, known);
+            for (auto& d : waiting) d(r);
+            return;
+          }
+          std::vector<backend_index> candidates;
+          for (std::size_t i = 0; i < st.backends.size(); ++i)
+            if (st.backends[i]->reachable.load() && st.backends[i]->healthy.load() && !st.backends[i]->removed.load())
+              candidates.push_back(static_cast<backend_index>(i));
+          auto me = caf::actor_cast<caf::actor>(self);
+          find_holder(st.backends, candidates, {session, user, observed}, st.settings.backend_token,
+                      st.settings.search_timeout_ms, [me, key](std::optional<backend_index> b) {
+                        caf::anon_send(me, holder_atom::value, key, b ? std::int64_t{*b} : std::int64_t{-1});
+                      });
+        };
+        if (!st.cluster || st.member_names.empty()) return search({});
+        self->request(st.cluster, ask_timeout, bind_atom::value, "s/" + key)
+            .then([=](const std::string& name) { search(name); }, [=](const caf::error&) { search({}); });
+      },
+      [=](holder_atom, const std::string& key, std::int64_t found) {
+        auto& st = self->state;
+        auto it = st.searching.find(key);
+        if (it == st.searching.end()) return;
+        auto waiting = std::move(it->second);
+        st.searching.erase(it);
+        if (found < 0) {  // no server holds it: a new session after all
+          for (auto& d : waiting) resolve_new(self, key, d);
+          return;
+        }
+        const auto b = static_cast<backend_index>(found);
+        core::bump(core::global_metrics().router_sessions_found_total);
+        spdlog::get("router")->info("session_found backend={} reason=\"a server still held a session scg had no "
+                                    "binding for\"", st.backends[b]->name);
+        // In a cluster the key's owner confirms (a concurrent decision there stands).
+        auto bind_found = [=](const std::string& name) {
+          auto r = adopt(self, key, name);
+          if (r.backend) replicate(self, cluster::put_atom::value, "s/" + key, self->state.backends[*r.backend]->name,
+                                   std::string());
+          for (auto& d : waiting) d(r);
+        };
+        std::vector<std::string> all = st.member_names;
+        all.push_back(st.settings.node_name);
+        auto owner = std::find(st.member_names.begin(), st.member_names.end(), cluster::owner_of(key, all));
+        if (!st.cluster || owner == st.member_names.end()) return bind_found(st.backends[b]->name);
+        auto owner_router = st.member_routers[static_cast<std::size_t>(owner - st.member_names.begin())];
+        const auto name = st.backends[b]->name;
+        self->request(owner_router, ask_timeout, cluster::decide_atom::value, key, name)
+            .then([=](const std::string& in_force) { bind_found(in_force.empty() ? name : in_force); },
+                  [=](const caf::error&) { bind_found(name); });
       },
       [=](cluster::decide_atom, const std::string& key) -> caf::result<std::string> {
         // A peer asks us, the key's owner, to decide.
@@ -461,6 +529,8 @@ router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_p
   s.on_members = std::move(on_members);
   s.limits = cfg.limits;
   for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
+  s.backend_token = impl_->probe_token;
+  s.search_timeout_ms = cfg.health.timeout_ms;
   impl_->actor = spawn_router(sys, s, table, backends);
   for (std::size_t i = 0; i < backends.size(); ++i) impl_->start_backend(static_cast<backend_index>(i));
 }
@@ -477,6 +547,12 @@ router::~router() {
 
 void router::resolve(std::string key, route_callback done) const {
   caf::anon_send(impl_->actor, bind_atom::value, std::move(key), std::move(done));
+}
+
+void router::resolve_held(std::string key, std::string session_id, std::string spark_user, std::string observed,
+                          route_callback done) const {
+  caf::anon_send(impl_->actor, bind_atom::value, std::move(key), std::move(done), std::move(session_id),
+                 std::move(spark_user), std::move(observed));
 }
 
 void router::rebind(std::string key, route_callback done) const {

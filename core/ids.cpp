@@ -15,4 +15,12 @@ std::string new_request_id() {
   return out;
 }
 
+std::string new_uuid() {
+  auto hex = new_request_id();
+  hex[12] = '4';                                              // version 4
+  hex[16] = "89ab"[static_cast<unsigned char>(hex[16]) % 4];  // variant 10xx
+  return hex.substr(0, 8) + '-' + hex.substr(8, 4) + '-' + hex.substr(12, 4) + '-' + hex.substr(16, 4) + '-' +
+         hex.substr(20);
+}
+
 }  // namespace scg::core

@@ -9,4 +9,8 @@ namespace scg::core {
 /// the OS; unique enough for correlating log lines, not a secret.
 std::string new_request_id();
 
+/// A random version-4 UUID in its 8-4-4-4-12 form (Spark's operation and
+/// session ids must be UUIDs).
+std::string new_uuid();
+
 }  // namespace scg::core

@@ -27,6 +27,7 @@ namespace scg::core {
   X(router_operations_expired_total, "Operation ids expired after op_ttl_secs unseen")        \
   X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")   \
   X(router_rebinds_total, "Sessions moved off a lost backend (on_backend_lost: rebind)")    \
+  X(router_sessions_found_total, "Sessions without a binding found on the server that still held them") \
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \

@@ -573,6 +573,15 @@ class forward_call final : public h2::server_stream,
       if (!actors::lost(*fx_.backends[*b], now, fx_.lost_after_ms)) return start_upstream(*b);
       return on_lost_backend(*b);
     }
+    // A client that has seen its server-side session had one somewhere, and
+    // the RPCs that never create a session only make sense where it lives
+    // (PySpark sends ReleaseExecute without the observed id): a server may
+    // still hold it (scg forgot the binding, or restarted).
+    const bool needs_existing = rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute ||
+                                rpc_ == rpc::release_session;
+    if (!fields_.observed_server_session.empty() || needs_existing)
+      return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
+                                      answer_on_worker());
     fx_.router->resolve(key_, answer_on_worker());
   }
 

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include "actors/holder_search.hpp"
+#include "core/ids.hpp"
+
 #include <thread>
 
 #include "actors/session_table.hpp"
@@ -69,4 +72,21 @@ TEST_CASE("a replicated decision overrides a local binding and moves the count",
   t.set_session("new", 0, 7);
   CHECK(t.session_count() == 2);
   CHECK(t.sessions_per_backend(SIZE_MAX) == std::vector<std::size_t>{1, 1});
+}
+
+TEST_CASE("a server's answer to a holder search says whether it holds the session", "[holder]") {
+  using namespace scg::actors;
+  CHECK(classify_holder_answer(13, "[INVALID_HANDLE.OPERATION_NOT_FOUND] The operation ...") == holder_answer::holds);
+  CHECK(classify_holder_answer(13, "[INVALID_HANDLE.SESSION_NOT_FOUND] The handle ...") == holder_answer::not_here);
+  CHECK(classify_holder_answer(13, "[INVALID_HANDLE.SESSION_CHANGED] The existing Spark ...") ==
+        holder_answer::not_here);
+  CHECK(classify_holder_answer(14, "[INVALID_HANDLE.OPERATION_NOT_FOUND]") == holder_answer::unknown);
+  CHECK(classify_holder_answer(13, "something else") == holder_answer::unknown);
+  const auto req = holder_request({"s-1", "bob", "srv-9"}, "op-1");
+  CHECK(req == std::string("\x0a\x03s-1\x12\x05\x0a\x03" "bob\x1a\x04op-1\x32\x05srv-9"));
+  const auto id = scg::core::new_uuid();
+  REQUIRE(id.size() == 36);
+  CHECK(id[8] == '-');
+  CHECK(id[14] == '4');
+  CHECK(std::string("89ab").find(id[19]) != std::string::npos);
 }
