@@ -215,7 +215,8 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
     REQUIRE(first["next"].is_string());
     auto second = get_json(admin, "/api/v1/operations?limit=1&after=" + first["next"].get<std::string>());
     CHECK(second["operations"][0]["operation_id"] == "op-ann-2");
-    for (const auto& o : get_json(admin, "/api/v1/operations?backend=" + ann0_backend)["operations"])
+    const auto on_ann0_backend = get_json(admin, "/api/v1/operations?backend=" + ann0_backend);  // outlives the loop
+    for (const auto& o : on_ann0_backend["operations"])
       CHECK(o["backend"] == ann0_backend);
   }
 

@@ -313,6 +313,42 @@ def clone_session():
         parent.stop()
 
 
+@scenario
+def get_status():
+    """GetStatus (Spark 4.1+) through another replica of a 3-replica cluster
+    reaches the session's server: a running operation's state differs from
+    that of an id the server never saw."""
+    token, backends = servers("spark43a", "spark43b")
+    cluster = Cluster(backends, token, 3, "status")
+    s = connect(cluster.replicas[0].url())
+    s.range(1).count()
+    t = threading.Thread(target=lambda: s.sql(sleep_sql(6000)).collect())
+    t.start()
+    running = lab.wait_for("the running operation in scg's listing", lambda: [
+        o["operation_id"] for o in cluster.replicas[0].get("/api/v1/operations?limit=100")["operations"]
+        if o["session_id"] == s.client._session_id], 10)
+
+    def status_of(op: str) -> bytes:
+        def ld(f, b):
+            return bytes([f << 3 | 2]) + varint(len(b)) + b
+        body = (ld(1, s.client._session_id.encode()) + ld(2, ld(1, (s.client._user_id or "").encode())) +
+                ld(5, ld(1, op.encode())))
+        ch = grpc.insecure_channel(f"127.0.0.1:{cluster.replicas[1].grpc}")
+        try:
+            return ch.unary_unary("/spark.connect.SparkConnectService/GetStatus")(body, timeout=10)
+        finally:
+            ch.close()
+    live = status_of(running[-1])
+    unknown = status_of(str(uuid.uuid4()))
+    check(running[-1].encode() in live, "the answer names the running operation")
+    # OperationStatus.state is its last field (2, a varint): tag 0x10, then the value.
+    def state(resp: bytes) -> int:
+        return resp[resp.rindex(b"\x10") + 1]
+    check(state(live) != state(unknown), f"its state ({state(live)}) is not an unknown operation's ({state(unknown)})")
+    t.join(30)
+    s.stop()
+
+
 # --- failures: replicas and backends ------------------------------------------------------------
 
 
