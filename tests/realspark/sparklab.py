@@ -29,6 +29,8 @@ ROOT = HERE.parent.parent
 BUILD = Path(os.environ.get("SCG_BUILD_DIR", ROOT / "build")).resolve()
 LAB = BUILD / "realspark"
 SERVERS_JSON = LAB / "servers.json"
+# The scg binary under test (SCG_BINARY=build-asan/scg runs the tier on the sanitizer build).
+SCG_BINARY = Path(os.environ.get("SCG_BINARY", BUILD / "scg")).resolve()
 
 # The Spark versions the tier runs, each from its own virtual environment
 # (scripts/setup_realspark.sh creates them with pinned packages).
@@ -228,7 +230,7 @@ class Scg:
         env = dict(os.environ)
         env.update(self.env or {})
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen([str(BUILD / "scg"), "--config", str(self.cfg_path),
+        self.proc = subprocess.Popen([str(SCG_BINARY), "--config", str(self.cfg_path),
                                       "--port-file", str(self.port_file)],
                                      stdout=out, stderr=subprocess.STDOUT, env=env)
         _children.append(self.proc)
