@@ -78,6 +78,23 @@ spdlog::logger& forward_log() {
 /// Execution responses up to this size are read whole (for result_complete).
 constexpr std::uint32_t small_response_bytes = 512;
 
+/// ExecutePlanRequest.request_options (5) holds a RequestOption whose
+/// reattach_options (1) say reattachable (1 = true). A server ends a
+/// non-reattachable execution's one stream without result_complete.
+bool asks_reattachable(std::string_view body) {
+  namespace pw = auth::protowire;
+  pw::field f, g, h;
+  while (!body.empty() && pw::next(body, f)) {
+    if (f.number != 5 || f.type != 2) continue;
+    for (auto option = f.payload; !option.empty() && pw::next(option, g);) {
+      if (g.number != 1 || g.type != 2) continue;
+      for (auto reattach = g.payload; !reattach.empty() && pw::next(reattach, h);)
+        if (h.number == 1 && h.type == 0) return h.varint != 0;
+    }
+  }
+  return false;
+}
+
 /// Executions: the streams a tenant's bulkhead counts and times.
 bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
 
@@ -873,6 +890,11 @@ class forward_call final : public h2::server_stream,
     }
     holds_execution_slot_ = true;
     execution_started_ms_ = actors::now_ms();
+    // Only a reattachable execution outlives its stream (spark-connect-go asks for none).
+    if (rpc_ == rpc::execute_plan && has_first_message_ && (cap > 0 || fx_.limits.for_tenant(identity_.tenant).max_execution_secs > 0)) {
+      auto body = readable_body(first_, request_encoding_);
+      reattachable_ = body && asks_reattachable(*body);
+    }
     return true;
   }
 
@@ -898,7 +920,7 @@ class forward_call final : public h2::server_stream,
   void settle_operation() {
     if (execution_killed_) return;  // kill() settled it
     const auto code = static_cast<grpc::StatusCode>(final_code_);
-    const bool goes_on = !result_complete_ && (code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
+    const bool goes_on = reattachable_ && !result_complete_ && (code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
                                                code == grpc::StatusCode::UNAVAILABLE ||
                                                code == grpc::StatusCode::DEADLINE_EXCEEDED);
     if (goes_on)
@@ -1130,6 +1152,7 @@ class forward_call final : public h2::server_stream,
   std::string execution_op_;                 // the operation this execution stream belongs to
   std::int64_t execution_started_ms_ = 0;    // its start (steady ms): the time limit counts from here
   bool execution_killed_ = false, result_complete_ = false, learned_first_ = false;
+  bool reattachable_ = true;  // a non-reattachable execution ends with its stream
   bool clone_pending_ = false;                   // CloneSession's answer waits for its binding
   held_message clone_answer_;
   std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_

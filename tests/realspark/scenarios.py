@@ -704,11 +704,13 @@ def go_client(url: str, *queries: str, timeout: float = 120) -> list[dict]:
 
 @scenario
 def go_client_queries():
-    """spark-connect-go through scg: queries, and one that runs past the
-    server's stream duration (the Go client asks for a non-reattachable
-    execution, which the server does not cut)."""
+    """spark-connect-go through scg: queries one after another under
+    max_executions 1, and one that runs past the server's stream duration
+    (the Go client asks for a non-reattachable execution, which the server
+    does not cut)."""
     token, backends = servers("spark43a", "spark43b")
-    scg = lab.Scg(lab.base_config(backends, token), lab.workdir("go"))
+    # One execution at a time: a finished non-reattachable execution must give its slot back.
+    scg = lab.Scg(lab.base_config(backends, token, limits={"per_tenant": {"max_executions": 1}}), lab.workdir("go"))
     out = go_client(f"sc://127.0.0.1:{scg.grpc}", "select count(*) from range(12345)", "select sum(id) from range(1000)",
                     sleep_sql(8000))
     check(out[0].get("first") == [12345] and not out[0].get("error"), f"count through scg: {out[0]}")
