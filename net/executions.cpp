@@ -2,8 +2,7 @@
 
 namespace scg::net {
 
-bool execution_ledger::try_take(const std::string& tenant, int cap) {
-  std::lock_guard lock{mu_};
+bool execution_ledger::take_locked(const std::string& tenant, int cap) {
   auto& n = slots_[tenant];
   if (cap > 0 && n >= cap) {
     if (n == 0) slots_.erase(tenant);
@@ -13,17 +12,31 @@ bool execution_ledger::try_take(const std::string& tenant, int cap) {
   return true;
 }
 
-void execution_ledger::give_back(const std::string& tenant) {
-  std::lock_guard lock{mu_};
+void execution_ledger::give_back_locked(const std::string& tenant) {
   auto it = slots_.find(tenant);
   if (it != slots_.end() && --it->second <= 0) slots_.erase(it);
+}
+
+void execution_ledger::attach_stream(operation& o) {
+  if (o.killed) return;
+  ++o.streams;
+  o.detached_since = 0;
+}
+
+bool execution_ledger::try_take(const std::string& tenant, int cap) {
+  std::lock_guard lock{mu_};
+  return take_locked(tenant, cap);
+}
+
+void execution_ledger::give_back(const std::string& tenant) {
+  std::lock_guard lock{mu_};
+  give_back_locked(tenant);
 }
 
 void execution_ledger::release_slot(operation& o) {
   if (!o.holds_slot) return;
   o.holds_slot = false;
-  auto it = slots_.find(o.tenant);
-  if (it != slots_.end() && --it->second <= 0) slots_.erase(it);
+  give_back_locked(o.tenant);
 }
 
 void execution_ledger::adopt(const std::string& op, const std::string& tenant, ms started) {
@@ -35,11 +48,9 @@ void execution_ledger::adopt(const std::string& op, const std::string& tenant, m
     o.started = started;
     o.holds_slot = true;
   } else {
-    auto s = slots_.find(tenant);  // the caller's slot: the operation has one
-    if (s != slots_.end() && --s->second <= 0) slots_.erase(s);
+    give_back_locked(tenant);  // the caller's slot: the operation has one
   }
-  ++o.streams;
-  o.detached_since = 0;
+  attach_stream(o);
 }
 
 std::optional<execution_ledger::attached> execution_ledger::attach(const std::string& op) {
@@ -47,10 +58,7 @@ std::optional<execution_ledger::attached> execution_ledger::attach(const std::st
   auto it = ops_.find(op);
   if (it == ops_.end()) return std::nullopt;
   auto& o = it->second;
-  if (!o.killed) {
-    ++o.streams;
-    o.detached_since = 0;
-  }
+  attach_stream(o);
   return attached{o.started, o.killed};
 }
 
@@ -62,18 +70,9 @@ execution_ledger::attached execution_ledger::attach_unknown(const std::string& o
   if (fresh) {
     o.tenant = tenant;
     o.started = started;
-    auto& n = slots_[tenant];
-    if (cap <= 0 || n < cap) {
-      ++n;
-      o.holds_slot = true;
-    } else if (n == 0) {
-      slots_.erase(tenant);
-    }
+    o.holds_slot = take_locked(tenant, cap);
   }
-  if (!o.killed) {
-    ++o.streams;
-    o.detached_since = 0;
-  }
+  attach_stream(o);
   return attached{o.started, o.killed};
 }
 

@@ -76,7 +76,11 @@ class execution_ledger {
     bool holds_slot = false;
     bool killed = false;
   };
+  // Called with mu_ held.
+  bool take_locked(const std::string& tenant, int cap);
+  void give_back_locked(const std::string& tenant);
   void release_slot(operation& o);
+  void attach_stream(operation& o);  // a stream of `o` attached (not once it was killed)
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, int> slots_;  // per tenant

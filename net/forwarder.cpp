@@ -823,13 +823,6 @@ class forward_call final : public h2::server_stream,
     return true;
   }
 
-  /// A ReattachExecute or ReleaseExecute of an operation scg has routed:
-  /// the continuation of a call that was admitted.
-  bool continues_operation() const {
-    return (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty() &&
-           fx_.table->has_op(fields_.operation_id);
-  }
-
   /// Rate limits and the executions bulkhead; false when the call was
   /// refused. A query allowed to run keeps its slot across every reattach.
   /// ReattachExecute and ReleaseExecute start no work and are never rate
@@ -838,9 +831,10 @@ class forward_call final : public h2::server_stream,
   /// for that Reattach would refuse the ExecutePlan forever (measured:
   /// tests/realspark `retries`).
   bool admit() {
-    const bool continuation = continues_operation();
     const bool starts_no_work =
         (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty();
+    // The continuation of an operation scg has routed: a call that was admitted.
+    const bool continuation = starts_no_work && fx_.table->has_op(fields_.operation_id);
     if (fx_.limiter && fx_.limiter->enabled() && !starts_no_work) {
       auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
       if (!a.allowed) {

@@ -329,15 +329,9 @@ def get_status():
         if o["session_id"] == s.client._session_id], 10)
 
     def status_of(op: str) -> bytes:
-        def ld(f, b):
-            return bytes([f << 3 | 2]) + varint(len(b)) + b
         body = (ld(1, s.client._session_id.encode()) + ld(2, ld(1, (s.client._user_id or "").encode())) +
                 ld(5, ld(1, op.encode())))
-        ch = grpc.insecure_channel(f"127.0.0.1:{cluster.replicas[1].grpc}")
-        try:
-            return ch.unary_unary("/spark.connect.SparkConnectService/GetStatus")(body, timeout=10)
-        finally:
-            ch.close()
+        return raw_call(cluster.replicas[1].grpc, "GetStatus", body)
     live = status_of(running[-1])
     unknown = status_of(str(uuid.uuid4()))
     check(running[-1].encode() in live, "the answer names the running operation")
@@ -496,21 +490,6 @@ TOKEN_PROBES = [
 ]
 
 
-def config_get_all(scg_port: int, prefix: str, token: str | None = None) -> str:
-    """Config get_all(prefix) as raw protobuf (the pairs come back with the
-    prefix stripped)."""
-    def ld(f, b):
-        return bytes([f << 3 | 2]) + varint(len(b)) + b
-    body = ld(1, str(uuid.uuid4()).encode()) + ld(2, ld(1, b"alice")) + ld(3, ld(5, ld(1, prefix.encode())))
-    ch = grpc.insecure_channel(f"127.0.0.1:{scg_port}")
-    call = ch.unary_unary("/spark.connect.SparkConnectService/Config")
-    md = [("authorization", f"Bearer {token}")] if token else None
-    try:
-        return call(body, timeout=10, metadata=md).decode("latin-1")
-    finally:
-        ch.close()
-
-
 def varint(n: int) -> bytes:
     out = b""
     while True:
@@ -520,6 +499,28 @@ def varint(n: int) -> bytes:
             out += bytes([b | 0x80])
         else:
             return out + bytes([b])
+
+
+def ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return bytes([field << 3 | 2]) + varint(len(payload)) + payload
+
+
+def raw_call(port: int, method: str, body: bytes, token: str | None = None) -> bytes:
+    """One unary Spark Connect call with a hand-made request, the response's bytes back."""
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    md = [("authorization", f"Bearer {token}")] if token else None
+    try:
+        return ch.unary_unary(f"/spark.connect.SparkConnectService/{method}")(body, timeout=10, metadata=md)
+    finally:
+        ch.close()
+
+
+def config_get_all(scg_port: int, prefix: str, token: str | None = None) -> str:
+    """Config get_all(prefix) as raw protobuf (the pairs come back with the
+    prefix stripped)."""
+    body = ld(1, str(uuid.uuid4()).encode()) + ld(2, ld(1, b"alice")) + ld(3, ld(5, ld(1, prefix.encode())))
+    return raw_call(scg_port, "Config", body, token).decode("latin-1")
 
 
 @scenario
