@@ -1,5 +1,7 @@
 #include "app/gateway.hpp"
 
+#include <sys/resource.h>
+
 #include <absl/synchronization/mutex.h>
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -41,6 +43,20 @@ void setup_logging(const std::string& level, const std::string& format) {
 }
 
 namespace {
+
+/// Every client connection is a descriptor: the soft open-file limit most
+/// services start with (1024) is raised to the hard one, and logged.
+void raise_open_file_limit(spdlog::logger& log) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const auto was = lim.rlim_cur;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = was;
+  }
+  auto n = [](rlim_t v) { return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v); };
+  log.info("open_file_limit soft={} hard={} raised_from={}", n(lim.rlim_cur), n(lim.rlim_max), n(was));
+}
 
 void write_port_file(const std::string& path, int grpc_port, int admin_port, int cluster_port) {
   const std::string tmp = path + ".tmp";
@@ -198,6 +214,7 @@ std::optional<config::error> check_secrets(const config::gateway& cfg) {
 
 int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
   auto log = spdlog::get("main");
+  raise_open_file_limit(*log);
   // Debian's abseil is built without NDEBUG: its mutex deadlock detection
   // costs a few percent of every call (PERFORMANCE-NOTES.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -237,7 +237,7 @@ gateway parse_gateway(const YAML::Node& root) {
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "workers", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
-              "on_backend_lost", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
+              "on_backend_lost", "keepalive", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
               "backend_token", "rate_limits", "backend_discovery", "tracing"});
   gateway g;
 
@@ -264,7 +264,14 @@ gateway parse_gateway(const YAML::Node& root) {
     read_int(n, "affinity", "op_ttl_secs", g.affinity.op_ttl_secs, 1);
   }
   if (const YAML::Node n = root["limits"]; present(n)) {
-    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "retry_status", "per_tenant", "tenants"});
+    check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "retry_status", "per_tenant", "tenants",
+                             "buffer_mib", "max_client_connections", "handshake_timeout_secs",
+                             "idle_connection_secs", "first_message_secs"});
+    read_int(n, "limits", "buffer_mib", g.limits.buffer_mib, 16, 1 << 20);
+    read_int(n, "limits", "max_client_connections", g.limits.max_client_connections, 0);
+    read_int(n, "limits", "handshake_timeout_secs", g.limits.handshake_timeout_secs, 1, 3600);
+    read_int(n, "limits", "idle_connection_secs", g.limits.idle_connection_secs, 0);
+    read_int(n, "limits", "first_message_secs", g.limits.first_message_secs, 0);
     if (n["retry_status"]) {
       const auto v = as_string(n["retry_status"], "limits.retry_status");
       if (v != "resource_exhausted" && v != "unavailable")
@@ -284,6 +291,11 @@ gateway parse_gateway(const YAML::Node& root) {
         g.limits.tenants[name] = parse_bulkhead(kv.second, child("limits.tenants", name));
       }
     }
+  }
+  if (const YAML::Node n = root["keepalive"]; present(n)) {
+    check_keys(n, "keepalive", {"interval_secs", "timeout_secs"});
+    read_int(n, "keepalive", "interval_secs", g.keepalive.interval_secs, 0, 3600);
+    read_int(n, "keepalive", "timeout_secs", g.keepalive.timeout_secs, 1, 3600);
   }
   if (const YAML::Node n = root["health"]; present(n)) {
     check_keys(n, "health", {"interval_ms", "timeout_ms", "failures", "successes"});

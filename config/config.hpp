@@ -61,6 +61,16 @@ struct limits {
   /// 4.0 and spark-connect-go give up); true: UNAVAILABLE with RetryInfo
   /// (every client retries, on its own backoff). docs/compatibility.md.
   bool retry_unavailable = false;
+  // --- the data plane's own bounds (docs/hardening.md)
+  /// Call data scg may hold at once (queued toward slow readers or writers,
+  /// messages it reads whole), all workers together; past it the calls
+  /// holding the most are ended RESOURCE_EXHAUSTED.
+  int buffer_mib = 512;
+  /// Client connections at once; 0: derived from the open-file limit.
+  int max_client_connections = 0;
+  int handshake_timeout_secs = 10;  ///< accept to HTTP/2 preface (and the TLS handshake before it)
+  int idle_connection_secs = 300;   ///< a client connection without streams this long: GOAWAY, close; 0: never
+  int first_message_secs = 30;      ///< a request stream's first message, from its headers; 0: no limit
   bulkhead per_tenant;                                    ///< every tenant's, unless overridden
   std::map<std::string, bulkhead, std::less<>> tenants;  ///< per tenant: replaces per_tenant
   const bulkhead& for_tenant(std::string_view tenant) const {
@@ -83,6 +93,14 @@ struct health {
 struct on_backend_lost {
   int after_secs = 30;             ///< down this long counts as lost
   std::string action = "rebind";   ///< rebind | fail
+};
+
+/// HTTP/2 PING on connections that have gone quiet, both sides: a peer that
+/// stops answering (a host gone without a reset, a stopped process) has
+/// its connection closed, and the calls on it fail with UNAVAILABLE.
+struct keepalive {
+  int interval_secs = 10;  ///< quiet this long: PING; 0: no keepalive
+  int timeout_secs = 8;    ///< no answer by then: the connection is closed
 };
 
 struct shutdown {
@@ -163,6 +181,7 @@ struct gateway {
   config::limits limits;
   config::health health;
   config::on_backend_lost on_backend_lost;
+  config::keepalive keepalive;
   config::shutdown shutdown;
   config::logging logging;
   std::optional<config::cluster> cluster;

@@ -50,12 +50,24 @@ namespace scg::core {
   X(config_redactions_total, "Config responses with spark.connect.authenticate.token redacted")   \
   X(tracing_spans_exported_total, "Spans the OTLP collector accepted")                            \
   X(tracing_spans_dropped_total, "Spans dropped: the export queue was full, or at shutdown")      \
-  X(tracing_export_failures_total, "Spans lost: the OTLP collector failed or could not be reached")
+  X(tracing_export_failures_total, "Spans lost: the OTLP collector failed or could not be reached") \
+  X(conn_refused_total, "Client connections closed at accept: limits.max_client_connections open, none still in its handshake") \
+  X(conn_evicted_total, "Client connections closed in their handshake to make room for a new one (limits.max_client_connections)") \
+  X(conn_accept_errors_total, "accept() failures (EMFILE, ENFILE, ENOMEM...); the accept loop pauses 100 ms") \
+  X(conn_handshake_timeouts_total, "Client connections closed: no TLS handshake or HTTP/2 preface within limits.handshake_timeout_secs") \
+  X(conn_idle_closed_total, "Client connections told to go away after limits.idle_connection_secs without streams") \
+  X(keepalive_client_timeouts_total, "Client connections closed: a keepalive PING went unanswered for keepalive.timeout_secs") \
+  X(keepalive_backend_timeouts_total, "Backend connections closed, their calls UNAVAILABLE: a keepalive PING went unanswered") \
+  X(forward_first_message_timeouts_total, "Calls ended DEADLINE_EXCEEDED: the first request message took over limits.first_message_secs") \
+  X(buffer_shed_total, "Calls ended RESOURCE_EXHAUSTED: their worker held more than its share of limits.buffer_mib, they the most") \
+  X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure")
 
 #define SCG_GAUGES(X)                                  \
   X(forward_active_calls, "Calls being forwarded now") \
   X(forward_active_streams, "Streaming calls (ExecutePlan, ReattachExecute, AddArtifacts, unknown methods) being forwarded now") \
-  X(session_actors, "Session actors running: sessions of this replica with live operations (idle ones have none)")
+  X(session_actors, "Session actors running: sessions of this replica with live operations (idle ones have none)") \
+  X(client_connections, "Client connections open (TLS handshakes included)")                     \
+  X(buffered_bytes, "Bytes of read buffers and queued call data the workers hold (bounded by limits.buffer_mib)")
 
 /// The gRPC status codes 0..16, by name as Prometheus labels show them.
 inline constexpr std::size_t status_code_count = 17;

@@ -18,8 +18,10 @@
 //      the remaining grpc-timeout and an x-request-id (with `tracing:`, a
 //      traceparent naming scg's span: core/tracing.hpp);
 //   5. bytes flow both ways as they arrive, unparsed and uncopied (net/h2/
-//      bytes.hpp); HTTP/2 windows are given back only once bytes were framed
-//      on the other side, so a slow reader slows its producer;
+//      bytes.hpp); a stream's HTTP/2 window is given back only once its bytes
+//      were framed on the other side, so a slow reader slows its own
+//      producer and nobody else's (the worker bounds what it holds: net/h2/
+//      worker.hpp, check_budget);
 //   6. operation ids and cloned sessions are learned from the first response;
 //   7. the backend's headers, trailers and status (with details) go back to
 //      the client unchanged (a Config response has the backend's own token
@@ -43,6 +45,7 @@
 #include "core/audit.hpp"
 #include "core/ids.hpp"
 #include "core/metrics.hpp"
+#include "core/throttle.hpp"
 #include "core/tracing.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
@@ -277,6 +280,45 @@ class forward_call final : public h2::server_stream,
       log_.debug("cancelled request_id={} rpc={} http2_error={}", request_id_, rpc_name(rpc_), error_code);
     }
     cancel_backend();
+  }
+
+  // --- the worker's housekeeping -------------------------------------------------
+
+  std::size_t held_bytes() const override {
+    std::size_t n = to_client_.data.bytes() + to_backend_.data.bytes() + request_.bytes.bytes() +
+                    response_.bytes.bytes() + first_.bytes.bytes() + clone_answer_.bytes.bytes() +
+                    request_prefix_.bytes() + response_prefix_.bytes();
+    for (const auto& m : waiting_) n += m.bytes.bytes();
+    return n;
+  }
+
+  std::size_t compact() override {
+    std::size_t n = to_client_.data.compact() + to_backend_.data.compact() + request_.bytes.compact() +
+                    response_.bytes.compact() + first_.bytes.compact() + clone_answer_.bytes.compact();
+    for (auto& m : waiting_) n += m.bytes.compact();
+    return n;
+  }
+
+  void shed(const std::string& why) override {
+    if (finished_) return;
+    log_.debug("shed request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), why);
+    finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+  }
+
+  /// A client that opened a stream and trickles (or never sends) its first
+  /// message holds a call: it ends after limits.first_message_secs.
+  void tick(h2::steady_time now) override {
+    const auto limit = w_.tune().first_message_timeout;
+    if (finished_ || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
+      return;
+    core::bump(core::global_metrics().forward_first_message_timeouts_total);
+    static core::log_throttle throttle;
+    if (auto held = throttle.pass(); held >= 0)
+      log_.info("first_message_timeout request_id={} rpc={} peer={} limit_ms={} suppressed={}", request_id_,
+                rpc_name(rpc_), down_->peer(), limit.count(), held);
+    finish_local(grpc::StatusCode::DEADLINE_EXCEEDED,
+                 "scg: the request's first message did not arrive within " + std::to_string(limit.count() / 1000) +
+                     " s of its headers (limits.first_message_secs)");
   }
 
   // --- the backend's stream -----------------------------------------------------

@@ -6,9 +6,13 @@
 #include <asio/ssl.hpp>
 #include <future>
 #include <sched.h>
+#include <sys/resource.h>
+
 #include <stdexcept>
 #include <thread>
 
+#include "core/metrics.hpp"
+#include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
 
@@ -69,7 +73,30 @@ std::unique_ptr<asio::ssl::context> tls_context(const config::front_tls& tls) {
   return ctx;
 }
 
+/// The data plane's settings from the config (docs/hardening.md).
+h2::tuning tuning_of(const config::gateway& cfg, unsigned workers) {
+  h2::tuning t;
+  using std::chrono::seconds;
+  t.handshake_timeout = seconds(cfg.limits.handshake_timeout_secs);
+  t.idle_timeout = seconds(cfg.limits.idle_connection_secs);
+  t.first_message_timeout = seconds(cfg.limits.first_message_secs);
+  t.keepalive_interval = seconds(cfg.keepalive.interval_secs);
+  t.keepalive_timeout = seconds(cfg.keepalive.timeout_secs);
+  t.worker_buffer_bytes = (std::int64_t{cfg.limits.buffer_mib} << 20) / workers;
+  t.client_connections = &core::global_metrics().client_connections;
+  return t;
+}
+
 }  // namespace
+
+std::size_t client_connection_cap(std::size_t configured) {
+  if (configured > 0) return configured;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 20;
+  // Keep descriptors for backends, the admin and cluster ports, files.
+  const auto n = static_cast<std::size_t>(lim.rlim_cur);
+  return std::max<std::size_t>(16, n - std::min<std::size_t>(n / 2, 256));
+}
 
 struct front_door::impl {
   forward_context& fx;
@@ -77,29 +104,72 @@ struct front_door::impl {
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor;
   std::unique_ptr<asio::ssl::context> tls;
   h2::tuning tune;
+  std::size_t max_clients = 0;  ///< limits.max_client_connections, or derived from the open-file limit
+  std::unique_ptr<asio::steady_timer> accept_pause;
   h2::downstream_connection::call_factory make;
   std::size_t next = 0;
   std::shared_ptr<spdlog::logger> log = spdlog::get("forward");
+  core::log_throttle accept_throttle, refuse_throttle;
 
   explicit impl(forward_context& f) : fx(f) {
     make = [this](h2::downstream_connection& d, std::int32_t stream) { return start_forward(fx, d, stream); };
   }
 
-  /// Takes the next connection onto the next worker (round robin).
+  /// Takes the next connection onto the next worker (round robin). When
+  /// accept fails for want of descriptors or memory it waits 100 ms (a
+  /// spinning loop would starve the worker), then goes on.
   void accept() {
     auto& target = *workers[next++ % workers.size()];
     acceptor->async_accept(target.io(), [this, &target](const asio::error_code& ec, asio::ip::tcp::socket s) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-      if (!ec) target.post([this, &target, s = std::move(s)]() mutable { open(target, std::move(s)); });
-      else log->warn("accept_failed reason=\"{}\"", ec.message());
-      accept();
+      if (!ec) {
+        core::global_metrics().client_connections.fetch_add(1, std::memory_order_relaxed);
+        target.post([this, &target, s = std::move(s)]() mutable { open(target, std::move(s)); });
+        return accept();
+      }
+      core::bump(core::global_metrics().conn_accept_errors_total);
+      if (auto held = accept_throttle.pass(); held >= 0)
+        log->warn("accept_failed reason=\"{}\" client_connections={} suppressed={}", ec.message(),
+                  core::global_metrics().client_connections.load(), held);
+      const bool out_of_resources = ec == asio::error::no_descriptors || ec.value() == ENFILE ||
+                                    ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+      if (!out_of_resources) return accept();
+      accept_pause->expires_after(std::chrono::milliseconds(100));
+      accept_pause->async_wait([this](const asio::error_code& wec) {
+        if (!wec && acceptor->is_open()) accept();
+      });
     });
+  }
+
+  /// Room for one more client connection on `w`: past the cap, the oldest
+  /// connection still without its HTTP/2 preface goes (a flood of silent
+  /// connections cannot keep real clients out); false when none is.
+  bool make_room(h2::worker& w) {
+    if (core::global_metrics().client_connections.load(std::memory_order_relaxed) <= max_clients) return true;
+    for (auto& weak : w.downstreams()) {
+      auto c = weak.lock();
+      if (!c || c->closed() || c->preface_done()) continue;
+      core::bump(core::global_metrics().conn_evicted_total);
+      c->close("closed without its HTTP/2 preface to make room (limits.max_client_connections)");
+      return true;
+    }
+    return false;
   }
 
   /// Starts a client connection on its worker (after the TLS handshake).
   void open(h2::worker& w, asio::ip::tcp::socket s) {
     auto& list = w.downstreams();
     list.erase(std::remove_if(list.begin(), list.end(), [](const auto& c) { return c.expired(); }), list.end());
+    if (!make_room(w)) {
+      core::global_metrics().client_connections.fetch_sub(1, std::memory_order_relaxed);
+      core::bump(core::global_metrics().conn_refused_total);
+      if (auto held = refuse_throttle.pass(); held >= 0)
+        log->warn("connection_refused reason=\"limits.max_client_connections ({}) open\" suppressed={}", max_clients,
+                  held);
+      asio::error_code ignored;
+      s.close(ignored);
+      return;
+    }
     if (!tls) {
       auto c = std::make_shared<h2::downstream_connection>(w, std::move(s), make, tune);
       list.push_back(c);
@@ -107,14 +177,20 @@ struct front_door::impl {
     }
     auto stream = std::make_shared<std::unique_ptr<h2::connection::tls_socket>>(
         std::make_unique<h2::connection::tls_socket>(std::move(s), *tls));
-    auto timer = std::make_shared<asio::steady_timer>(w.io(), std::chrono::seconds(10));
+    auto timer = std::make_shared<asio::steady_timer>(w.io(), tune.handshake_timeout);
     timer->async_wait([stream](const asio::error_code& ec) {
-      if (!ec && *stream) (*stream)->next_layer().close();  // a handshake that never ends
+      if (ec || !*stream) return;
+      core::bump(core::global_metrics().conn_handshake_timeouts_total);
+      asio::error_code ignored;
+      (*stream)->next_layer().close(ignored);  // a handshake that never ends
     });
     (*stream)->async_handshake(asio::ssl::stream_base::server, [this, &w, stream, timer](const asio::error_code& ec) {
       timer->cancel();
       if (ec) {
-        log->info("tls_handshake_failed reason=\"{}\"", ec.message());
+        core::global_metrics().client_connections.fetch_sub(1, std::memory_order_relaxed);
+        static core::log_throttle throttle;
+        if (auto held = throttle.pass(); held >= 0)
+          log->info("tls_handshake_failed reason=\"{}\" suppressed={}", ec.message(), held);
         return;
       }
       auto c = std::make_shared<h2::downstream_connection>(w, std::move(*stream), make, tune);
@@ -149,7 +225,10 @@ struct front_door::impl {
 front_door::front_door(const config::gateway& cfg, forward_context& fx) : impl_(std::make_unique<impl>(fx)) {
   if (cfg.tls) impl_->tls = tls_context(*cfg.tls);
   const auto n = cfg.workers > 0 ? static_cast<unsigned>(cfg.workers) : usable_cpus();
-  for (unsigned i = 0; i < n; ++i) impl_->workers.push_back(std::make_unique<h2::worker>(static_cast<int>(i)));
+  impl_->tune = tuning_of(cfg, n);
+  impl_->max_clients = client_connection_cap(static_cast<std::size_t>(cfg.limits.max_client_connections));
+  for (unsigned i = 0; i < n; ++i)
+    impl_->workers.push_back(std::make_unique<h2::worker>(static_cast<int>(i), impl_->tune));
   const auto ep = listen_endpoint(cfg.bind_addr);
   auto& a = impl_->acceptor = std::make_unique<asio::ip::tcp::acceptor>(impl_->workers[0]->io());
   asio::error_code ec;
@@ -159,6 +238,9 @@ front_door::front_door(const config::gateway& cfg, forward_context& fx) : impl_(
   if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw std::runtime_error("cannot listen for gRPC on bind_addr " + cfg.bind_addr + ": " + ec.message());
   port_ = a->local_endpoint().port();
+  impl_->accept_pause = std::make_unique<asio::steady_timer>(impl_->workers[0]->io());
+  spdlog::get("forward")->info("front_door workers={} max_client_connections={} buffer_mib={}", n,
+                               impl_->max_clients, cfg.limits.buffer_mib);
   impl_->accept();
   for (auto& w : impl_->workers) w->start();
 }

@@ -12,6 +12,10 @@
 
 namespace scg::net {
 
+/// The client connections a replica takes at once: `configured`, or when
+/// 0, the open-file limit less what backends, ports and files need.
+std::size_t client_connection_cap(std::size_t configured);
+
 class front_door {
  public:
   /// Listens on cfg.bind_addr with one worker per core; throws

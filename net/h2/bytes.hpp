@@ -4,6 +4,7 @@
 // slices that share the chunk. One worker thread owns a chunk and its slices,
 // so the reference count is a plain integer.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,16 +17,23 @@
 
 namespace scg::net::h2 {
 
+/// Where the chunks made on this thread are counted (bytes alive): a worker
+/// points it at its own counter; on other threads nothing is counted.
+inline thread_local std::atomic<std::int64_t>* chunk_ledger = nullptr;
+
 /// A reference-counted block of bytes, allocated with its header.
 struct chunk {
   std::size_t capacity;
   int refs;
+  std::atomic<std::int64_t>* ledger;  // the counter it was made under, or null
   char* data() { return reinterpret_cast<char*>(this + 1); }
 
   static chunk* make(std::size_t capacity) {
     void* p = std::malloc(sizeof(chunk) + capacity);
     if (!p) throw std::bad_alloc();
-    return new (p) chunk{capacity, 1};
+    auto* c = new (p) chunk{capacity, 1, chunk_ledger};
+    if (c->ledger) c->ledger->fetch_add(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
+    return c;
   }
   static chunk* copy_of(std::string_view bytes) {
     chunk* c = make(bytes.size());
@@ -34,7 +42,9 @@ struct chunk {
   }
   void ref() { ++refs; }
   void unref() {
-    if (--refs == 0) std::free(this);
+    if (--refs != 0) return;
+    if (ledger) ledger->fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
+    std::free(this);
   }
 };
 
@@ -71,6 +81,9 @@ class slice {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   std::string_view view() const { return {data(), size_}; }
+  /// True when this slice alone holds its chunk and fills most of it: a
+  /// copy would free nothing.
+  bool tight() const { return !c_ || (c_->refs == 1 && c_->capacity - size_ <= size_ / 4); }
 
   /// The first `n` bytes as a slice of their own; this keeps the rest.
   slice take_front(std::size_t n) {
@@ -130,6 +143,19 @@ class slice_queue {
   }
   std::size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
+  /// Copies the bytes of slices that share a chunk, or use little of one,
+  /// into chunks of their own (order and marks kept): a queue that waits
+  /// then holds its bytes, not the read buffers around them. The bytes copied.
+  std::size_t compact() {
+    std::size_t copied = 0;
+    for (std::size_t i = head_; i < q_.size(); ++i) {
+      auto& e = q_[i];
+      if (e.s.tight()) continue;
+      copied += e.s.size();
+      e.s = slice::copy_of(e.s.view());
+    }
+    return copied;
+  }
   /// Calls `f(const slice&)` for each queued slice, front first.
   template <class F>
   void for_each(F&& f) const {

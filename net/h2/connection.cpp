@@ -8,7 +8,11 @@
 #include <climits>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "config/config.hpp"
+#include "core/metrics.hpp"
+#include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
 
@@ -42,16 +46,26 @@ typename Map::mapped_type take(Map& streams, std::int32_t stream) {
   return c;
 }
 
-/// Hands a DATA payload to the stream's call, as a slice of the read buffer;
-/// bytes of a stream with no call give their window back at once.
+/// Hands a DATA payload to the stream's call, as a slice of the read buffer.
+/// The connection window goes back at once: the bytes are in their stream's
+/// queue now, bounded by the stream's window, which goes back only when they
+/// leave (a stream whose reader stalls holds back no other stream).
 template <class Conn, class Call>
 int pass_data(nghttp2_session* session, Conn* self, std::int32_t stream, const std::uint8_t* data, std::size_t len,
               void (Call::*deliver)(slice)) {
-  if (auto* c = self->find(stream))
-    (c->*deliver)(self->slice_of(data, len));
-  else
-    nghttp2_session_consume_connection(session, len);
+  nghttp2_session_consume_connection(session, len);
+  if (auto* c = self->find(stream)) (c->*deliver)(self->slice_of(data, len));
   return 0;
+}
+
+spdlog::logger& net_log() {
+  static const std::shared_ptr<spdlog::logger> log = spdlog::get("forward");
+  return *log;
+}
+
+/// "8 s" for log lines and reasons.
+std::string secs(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + " s" : std::to_string(d.count()) + " ms";
 }
 
 }  // namespace
@@ -159,7 +173,7 @@ void connection::dirty() {
 
 void connection::consume(std::int32_t stream, std::size_t n) {
   if (closed_ || n == 0) return;
-  if (nghttp2_session_consume(session_, stream, n) != 0) nghttp2_session_consume_connection(session_, n);
+  nghttp2_session_consume_stream(session_, stream, n);  // the connection's went back on arrival
   dirty();
 }
 
@@ -184,7 +198,32 @@ void connection::close(const std::string& why) {
   on_closed(why);
 }
 
-void connection::start_reading() { read_more(); }
+void connection::start_reading() {
+  alive_.on_read(std::chrono::steady_clock::now());
+  read_more();
+}
+
+bool connection::keepalive_tick(steady_time now, bool has_calls, const char* peer_kind) {
+  if (closed_) return false;
+  switch (keepalive_step(alive_, keepalive_, now, has_calls)) {
+    case keepalive_action::none: return true;
+    case keepalive_action::ping:
+      nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
+      dirty();
+      return true;
+    case keepalive_action::close: break;
+  }
+  const bool backend = keepalive_.toward_server;
+  core::bump(backend ? core::global_metrics().keepalive_backend_timeouts_total
+                     : core::global_metrics().keepalive_client_timeouts_total);
+  static core::log_throttle throttled[2];
+  if (auto held = throttled[backend].pass(); held >= 0)
+    net_log().warn("keepalive_timeout peer={} {}={} timeout={} suppressed={}", peer(), peer_kind,
+                   backend ? static_cast<upstream_connection*>(this)->address() : std::string("client"),
+                   secs(keepalive_.timeout), held);
+  close("no answer to a keepalive PING within " + secs(keepalive_.timeout) + " (keepalive.timeout_secs)");
+  return false;
+}
 
 void connection::read_more() {
   if (closed_) return;
@@ -197,6 +236,7 @@ void connection::read_more() {
         feed(tls_buf_.data(), n);
         read_more();
       }
+      w_.check_budget();
       w_.flush_dirty();
     });
     return;
@@ -226,6 +266,7 @@ void connection::read_more() {
       if (n < free) break;  // drained for now
     }
     read_more();
+    w_.check_budget();
     w_.flush_dirty();
   });
 }
@@ -238,6 +279,7 @@ slice connection::slice_of(const std::uint8_t* data, std::size_t n) {
 }
 
 void connection::feed(const char* data, std::size_t n) {
+  alive_.on_read(std::chrono::steady_clock::now());
   const auto rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const std::uint8_t*>(data), n);
   if (rv < 0) return close(std::string("HTTP/2 error: ") + nghttp2_strerror(static_cast<int>(rv)));
   dirty();
@@ -338,19 +380,30 @@ void connection::write_done() {
 
 downstream_connection::downstream_connection(worker& w, asio::ip::tcp::socket s, const call_factory& make,
                                              const tuning& t)
-    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes) {
+    : connection(w, std::move(s)),
+      make_(make),
+      max_header_bytes_(t.max_header_bytes),
+      tune_(t),
+      born_(std::chrono::steady_clock::now()),
+      idle_since_(born_) {
   init(t);
 }
 
 downstream_connection::downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make,
                                              const tuning& t)
-    : connection(w, std::move(s)), make_(make), max_header_bytes_(t.max_header_bytes) {
+    : connection(w, std::move(s)),
+      make_(make),
+      max_header_bytes_(t.max_header_bytes),
+      tune_(t),
+      born_(std::chrono::steady_clock::now()),
+      idle_since_(born_) {
   init(t);
 }
 
 downstream_connection::~downstream_connection() = default;
 
 void downstream_connection::init(const tuning& t) {
+  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, false};
   static nghttp2_session_callbacks* cbs = [] {
     auto* c = base_callbacks();
     nghttp2_session_callbacks_set_on_begin_headers_callback(c, &on_begin_headers);
@@ -358,6 +411,7 @@ void downstream_connection::init(const tuning& t) {
     nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(c, &on_frame_send);
     return c;
   }();
   nghttp2_option* opt = nullptr;
@@ -415,7 +469,40 @@ std::vector<std::shared_ptr<server_stream>> downstream_connection::calls() const
   return out;
 }
 
+void downstream_connection::tick(steady_time now) {
+  if (closed()) return;
+  auto& m = core::global_metrics();
+  if (!preface_done_) {
+    if (now - born_ < tune_.handshake_timeout) return;
+    core::bump(m.conn_handshake_timeouts_total);
+    static core::log_throttle throttle;
+    if (auto held = throttle.pass(); held >= 0)
+      net_log().info("handshake_timeout peer={} timeout={} suppressed={}", peer(), secs(tune_.handshake_timeout),
+                     held);
+    return close("no HTTP/2 preface within " + secs(tune_.handshake_timeout) + " (limits.handshake_timeout_secs)");
+  }
+  if (!keepalive_tick(now, !streams_.empty(), "client")) return;
+  if (goaway_sent_) {
+    if (now - *goaway_sent_ >= std::chrono::seconds(5)) close("idle: closed after its GOAWAY");
+    return;
+  }
+  if (streams_.empty() && tune_.idle_timeout.count() > 0 && now - idle_since_ >= tune_.idle_timeout) {
+    core::bump(m.conn_idle_closed_total);
+    net_log().debug("idle_connection_closed peer={} idle={}", peer(), secs(tune_.idle_timeout));
+    goaway_sent_ = now;
+    nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);  // GOAWAY, then the session ends
+    dirty();
+    return;
+  }
+  // A call may end itself here: tick a copy.
+  std::vector<std::shared_ptr<server_stream>> open;
+  open.reserve(streams_.size());
+  for (const auto& [id, c] : streams_) open.push_back(c);
+  for (auto& c : open) c->tick(now);
+}
+
 void downstream_connection::on_closed(const std::string&) {
+  if (tune_.client_connections) tune_.client_connections->fetch_sub(1, std::memory_order_relaxed);
   auto streams = std::move(streams_);
   streams_.clear();
   for (auto& [id, c] : streams) c->on_server_stream_closed(NGHTTP2_CANCEL);
@@ -444,6 +531,7 @@ int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* fram
 
 int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<downstream_connection*>(user);
+  if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK)) self->preface_done_ = true;
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   auto* c = self->find(frame->hd.stream_id);
   if (!c) return 0;
@@ -455,6 +543,17 @@ int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* 
   return 0;
 }
 
+int downstream_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void*) {
+  // Answered before the client ended its request (a refusal, a timeout):
+  // the stream is reset NO_ERROR, as gRPC servers do, so it ends now and
+  // its call with it, however the client goes on.
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+  return 0;
+}
+
 int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
                                          const std::uint8_t* data, std::size_t len, void* user) {
   return pass_data(session, static_cast<downstream_connection*>(user), stream, data, len,
@@ -463,7 +562,9 @@ int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t,
 
 int downstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
                                            void* user) {
-  if (auto c = take(static_cast<downstream_connection*>(user)->streams_, stream)) c->on_server_stream_closed(error_code);
+  auto* self = static_cast<downstream_connection*>(user);
+  if (auto c = take(self->streams_, stream)) c->on_server_stream_closed(error_code);
+  if (self->streams_.empty()) self->idle_since_ = std::chrono::steady_clock::now();
   return 0;
 }
 
@@ -497,6 +598,7 @@ upstream_connection::upstream_connection(worker& w, std::string address, std::ch
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
+  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, true};
   writable_ = false;
 }
 
@@ -559,6 +661,10 @@ client_stream* upstream_connection::find(std::int32_t stream) {
   return it == streams_.end() ? nullptr : it->second.get();
 }
 
+void upstream_connection::tick(steady_time now) {
+  if (writable_) keepalive_tick(now, !streams_.empty(), "backend");
+}
+
 void upstream_connection::on_closed(const std::string& why) {
   going_away_ = true;
   resolver_.cancel();
@@ -573,6 +679,7 @@ int upstream_connection::on_header(nghttp2_session*, const nghttp2_frame* frame,
                                    std::uint8_t, void* user) {
   auto* self = static_cast<upstream_connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  self->alive_.on_server_frame();
   if (auto* c = self->find(frame->hd.stream_id))
     c->on_response_header(sv(name, namelen), sv(value, valuelen), frame->headers.cat == NGHTTP2_HCAT_HEADERS);
   return 0;
@@ -593,6 +700,7 @@ int upstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* fr
 
 int upstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
                                        const std::uint8_t* data, std::size_t len, void* user) {
+  static_cast<upstream_connection*>(user)->alive_.on_server_frame();
   return pass_data(session, static_cast<upstream_connection*>(user), stream, data, len,
                    &client_stream::on_response_data);
 }

@@ -4,10 +4,14 @@
 // scg (scg is its server); an upstream connection goes to one backend (scg is
 // its client) and multiplexes every call this worker sends there.
 //
-// Flow control is end to end: a connection tells its peer it consumed DATA
+// Flow control is end to end per stream, and never shared: a connection
+// gives its peer the connection window back as soon as DATA arrives (the
+// bytes are then in their stream's bounded queue), and a stream's window
 // only once the bytes were framed onto the other connection (the sending
-// side's pipe calls consume on the receiving side), so a slow reader slows
-// its producer and scg buffers at most the HTTP/2 windows.
+// side's pipe calls consume on the receiving side). So a slow reader slows
+// its own producer, holds at most its stream window in scg, and never
+// holds back the other streams of a connection (docs/architecture.md, the
+// memory bound).
 
 #include <nghttp2/nghttp2.h>
 #include <sys/uio.h>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "net/h2/bytes.hpp"
+#include "net/h2/keepalive.hpp"
 
 namespace scg::net::h2 {
 
@@ -66,6 +71,16 @@ class server_stream {
   virtual void on_request_end() = 0;
   /// The stream closed; error_code is the HTTP/2 code (0: a clean end).
   virtual void on_server_stream_closed(std::uint32_t error_code) = 0;
+
+  // --- the worker's housekeeping (bounded memory, slow clients)
+  /// Bytes of call data the call holds in scg (queued either way, held messages).
+  virtual std::size_t held_bytes() const = 0;
+  /// Copies what it holds out of shared read buffers; the bytes copied.
+  virtual std::size_t compact() = 0;
+  /// Ends the call with RESOURCE_EXHAUSTED `why`: the worker's buffer budget is spent.
+  virtual void shed(const std::string& why) = 0;
+  /// The worker's tick (twice a second): the call checks its own timeouts.
+  virtual void tick(steady_time now) = 0;
 };
 
 /// The events of a forwarded call on its backend stream.
@@ -107,6 +122,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void reset(std::int32_t stream, std::uint32_t code);
   /// Closes the socket now; open streams close with `why`.
   void close(const std::string& why);
+  /// The worker's tick: keepalive and the connection's own timeouts.
+  virtual void tick(steady_time now) = 0;
 
   /// An nghttp2 data source reading `p`: DATA frames carry its slices
   /// without copying them, and the trailers follow its last byte.
@@ -127,11 +144,15 @@ class connection : public std::enable_shared_from_this<connection> {
   /// Shared nghttp2 callbacks; subclasses add theirs.
   static nghttp2_session_callbacks* base_callbacks();
   asio::ip::tcp::socket& raw_socket();
+  /// Sends a PING or closes the connection as keepalive says; false once closed.
+  bool keepalive_tick(steady_time now, bool has_calls, const char* peer_kind);
 
   worker& w_;
   nghttp2_session* session_ = nullptr;
   bool writable_ = true;  // false while an upstream connection is still connecting
   std::string closed_why_;
+  keepalive_policy keepalive_;
+  keepalive_state alive_;
 
  private:
   struct piece {

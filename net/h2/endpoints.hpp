@@ -3,6 +3,7 @@
 // the HTTP/2 server) and upstream (scg's connection to a backend; scg is the
 // HTTP/2 client).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,17 @@ struct tuning {
   /// The largest DATA frame peers may send: large frames cut per-frame work
   /// on both ends of a stream (bytes still arrive as they come).
   std::uint32_t max_frame = 1u << 20;
+
+  // --- timeouts (config: limits.*, keepalive.*; docs/hardening.md)
+  std::chrono::milliseconds handshake_timeout{10000};  ///< accept to the client's HTTP/2 preface
+  std::chrono::milliseconds idle_timeout{300000};      ///< a client connection without streams (0: never)
+  std::chrono::milliseconds first_message_timeout{30000};  ///< a request's first message (0: never)
+  std::chrono::milliseconds keepalive_interval{10000};  ///< PING after this long quiet (0: never)
+  std::chrono::milliseconds keepalive_timeout{8000};    ///< an unanswered PING closes the connection
+  /// Call data one worker may hold (limits.buffer_mib / workers).
+  std::int64_t worker_buffer_bytes = std::int64_t{256} << 20;
+  /// Client connections open, all workers (the front door's count); may be null.
+  std::atomic<std::uint64_t>* client_connections = nullptr;
 };
 
 class downstream_connection final : public connection {
@@ -46,6 +58,9 @@ class downstream_connection final : public connection {
   std::vector<std::shared_ptr<server_stream>> calls() const;
   /// The call on `stream`, or null.
   server_stream* find(std::int32_t stream);
+  /// True once the client's HTTP/2 preface (its first SETTINGS) arrived.
+  bool preface_done() const { return preface_done_; }
+  void tick(steady_time now) override;
 
  private:
   void init(const tuning& t);
@@ -54,6 +69,7 @@ class downstream_connection final : public connection {
   static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
                        const std::uint8_t* value, std::size_t valuelen, std::uint8_t flags, void* user);
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int on_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* user);
   static int on_data_chunk(nghttp2_session*, std::uint8_t flags, std::int32_t stream, const std::uint8_t* data,
                            std::size_t len, void* user);
   static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
@@ -62,6 +78,11 @@ class downstream_connection final : public connection {
   std::uint32_t max_header_bytes_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
   std::size_t header_bytes_ = 0;  // of the header block being received (blocks never interleave)
+  const tuning& tune_;
+  const steady_time born_;
+  steady_time idle_since_;        // when its last stream closed (or it opened)
+  bool preface_done_ = false;
+  std::optional<steady_time> goaway_sent_;  // idle: told to go away, closed soon after
 };
 
 class upstream_connection final : public connection {
@@ -80,6 +101,7 @@ class upstream_connection final : public connection {
   const std::string& address() const { return address_; }
   /// The call on `stream`, or null.
   client_stream* find(std::int32_t stream);
+  void tick(steady_time now) override;
 
  private:
   void on_closed(const std::string& why) override;

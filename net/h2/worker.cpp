@@ -1,5 +1,11 @@
 #include "net/h2/worker.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/metrics.hpp"
+#include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
 
 namespace scg::net::h2 {
@@ -7,9 +13,12 @@ namespace scg::net::h2 {
 namespace {
 constexpr std::size_t chunk_bytes = 256u << 10;
 constexpr std::size_t min_read = 16u << 10;
+constexpr auto tick_period = std::chrono::milliseconds(500);
+/// Calls holding less than this are left alone under pressure.
+constexpr std::size_t worth_compacting = 64u << 10;
 }  // namespace
 
-worker::worker(int index) : index_(index), guard_(asio::make_work_guard(io_)) {}
+worker::worker(int index, const tuning& t) : index_(index), tune_(t), guard_(asio::make_work_guard(io_)) {}
 
 worker::~worker() {
   stop();
@@ -19,7 +28,69 @@ worker::~worker() {
 }
 
 void worker::start() {
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] {
+    chunk_ledger = &buffered;
+    tick();
+    io_.run();
+  });
+}
+
+void worker::tick() {
+  const auto now = std::chrono::steady_clock::now();
+  downstreams_.erase(std::remove_if(downstreams_.begin(), downstreams_.end(), [](const auto& c) { return c.expired(); }),
+                     downstreams_.end());
+  // A connection may close itself here: tick copies.
+  std::vector<std::shared_ptr<connection>> all;
+  all.reserve(downstreams_.size() + upstreams_.size());
+  for (auto& weak : downstreams_)
+    if (auto c = weak.lock()) all.push_back(std::move(c));
+  for (auto& u : upstreams_)
+    if (u) all.push_back(u);
+  for (auto& c : all) c->tick(now);
+  flush_dirty();
+  const auto held = buffered.load(std::memory_order_relaxed);
+  core::global_metrics().buffered_bytes.fetch_add(static_cast<std::uint64_t>(held - reported_buffered_),
+                                                  std::memory_order_relaxed);
+  reported_buffered_ = held;
+  ticker_.expires_after(tick_period);
+  ticker_.async_wait([this](const asio::error_code& ec) {
+    if (!ec) tick();
+  });
+}
+
+void worker::relieve() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_relief_ < std::chrono::milliseconds(10)) return;  // nothing freed since: let bytes drain
+  last_relief_ = now;
+  struct holder {
+    std::size_t bytes;
+    std::shared_ptr<server_stream> call;
+  };
+  std::vector<holder> calls;
+  for (auto& weak : downstreams_)
+    if (auto c = weak.lock())
+      for (auto& call : c->calls())
+        if (auto b = call->held_bytes(); b >= worth_compacting) calls.push_back({b, std::move(call)});
+  // First the read buffers that waiting calls keep alive for a few bytes each.
+  std::size_t copied = 0;
+  for (auto& h : calls) copied += h.call->compact();
+  if (copied > 0) core::bump(core::global_metrics().buffer_compacted_bytes_total, copied);
+  if (buffered.load(std::memory_order_relaxed) <= tune_.worker_buffer_bytes) return;
+  // Then the calls that hold the most, until the worker is within budget.
+  std::sort(calls.begin(), calls.end(), [](const holder& a, const holder& b) { return a.bytes > b.bytes; });
+  static core::log_throttle throttle;
+  const auto budget_mib = tune_.worker_buffer_bytes >> 20;
+  for (auto& h : calls) {
+    if (buffered.load(std::memory_order_relaxed) <= tune_.worker_buffer_bytes) break;
+    core::bump(core::global_metrics().buffer_shed_total);
+    if (auto held = throttle.pass(); held >= 0)
+      spdlog::get("forward")->warn("buffer_budget_spent worker={} held_bytes={} budget_mib={} suppressed={}", index_,
+                                   h.bytes, budget_mib, held);
+    h.call->shed("scg: this call held " + std::to_string(h.bytes >> 10) +
+                 " KiB that its reader did not take, the most on a worker past its share (" +
+                 std::to_string(budget_mib) + " MiB) of limits.buffer_mib");
+  }
+  flush_dirty();
 }
 
 void worker::stop() {
@@ -51,11 +122,10 @@ char* worker::read_space(std::size_t& free) {
 
 std::shared_ptr<upstream_connection> worker::upstream(std::size_t index, const std::string& address,
                                                       int connect_timeout_ms) {
-  static const tuning tune;
   if (upstreams_.size() <= index) upstreams_.resize(index + 1);
   auto& u = upstreams_[index];
   if (!u || !u->usable() || u->address() != address) {
-    u = std::make_shared<upstream_connection>(*this, address, std::chrono::milliseconds(connect_timeout_ms), tune);
+    u = std::make_shared<upstream_connection>(*this, address, std::chrono::milliseconds(connect_timeout_ms), tune_);
     u->connect();
   }
   return u;

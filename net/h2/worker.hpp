@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "net/h2/bytes.hpp"
+#include "net/h2/endpoints.hpp"
 
 namespace scg::net::h2 {
 
@@ -22,7 +23,8 @@ class upstream_connection;
 
 class worker {
  public:
-  explicit worker(int index);
+  /// `t` outlives the worker (its connections keep a reference).
+  worker(int index, const tuning& t);
   ~worker();
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
@@ -59,15 +61,34 @@ class worker {
   std::shared_ptr<upstream_connection> upstream(std::size_t index, const std::string& address,
                                                 int connect_timeout_ms);
 
-  /// Client connections, for draining at shutdown.
+  /// Client connections, oldest first (for draining at shutdown, evicting).
   std::vector<std::weak_ptr<downstream_connection>>& downstreams() { return downstreams_; }
+  const tuning& tune() const { return tune_; }
 
   /// Calls on this worker from their first header to their end.
   std::atomic<std::int64_t> calls{0};
+  /// Bytes of chunks alive that this worker made: read buffers and the call
+  /// data in them, held messages (net/h2/bytes.hpp counts them).
+  std::atomic<std::int64_t> buffered{0};
+
+  /// After reading: when the worker holds more than its budget, waiting
+  /// calls give up the read buffers they share, then those holding the most
+  /// are ended until it is within budget again.
+  void check_budget() {
+    if (buffered.load(std::memory_order_relaxed) > tune_.worker_buffer_bytes) relieve();
+  }
 
  private:
+  void relieve();
+  /// Twice a second: every connection's timeouts and keepalive.
+  void tick();
+
   const int index_;
+  const tuning& tune_;
   asio::io_context io_{1};
+  asio::steady_timer ticker_{io_};
+  std::int64_t reported_buffered_ = 0;  // what buffered_bytes holds of ours
+  std::chrono::steady_clock::time_point last_relief_{};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread thread_;
   std::vector<std::shared_ptr<connection>> dirty_;

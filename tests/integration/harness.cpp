@@ -346,4 +346,38 @@ spark::connect::UserContext user(const std::string& id) {
   return u;
 }
 
+
+bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+namespace {
+std::string ip_path() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+    if (access(p, X_OK) == 0) return p;
+  return "ip";
+}
+}  // namespace
+
+netns_link::netns_link() {
+  const auto id = std::to_string(getpid() % 100000);
+  ns_ = "scgtest" + id;
+  host_if_ = "scgh" + id;
+  ns_if_ = "scgn" + id;
+  const auto octet = std::to_string(getpid() % 250 + 1);
+  host_ip_ = "10.251." + octet + ".1";
+  ns_ip_ = "10.251." + octet + ".2";
+  ok_ = sh("ip netns add " + ns_) && sh("ip link add " + host_if_ + " type veth peer name " + ns_if_) &&
+        sh("ip link set " + ns_if_ + " netns " + ns_) && sh("ip addr add " + host_ip_ + "/30 dev " + host_if_) &&
+        sh("ip link set " + host_if_ + " up") && sh("ip -n " + ns_ + " addr add " + ns_ip_ + "/30 dev " + ns_if_) &&
+        sh("ip -n " + ns_ + " link set " + ns_if_ + " up") && sh("ip -n " + ns_ + " link set lo up");
+}
+
+netns_link::~netns_link() {
+  sh("ip link del " + host_if_);
+  sh("ip netns del " + ns_);
+}
+
+void netns_link::cut() { REQUIRE(sh("ip link set " + host_if_ + " down")); }
+void netns_link::heal() { REQUIRE(sh("ip link set " + host_if_ + " up")); }
+std::vector<std::string> netns_link::inside() const { return {ip_path(), "netns", "exec", ns_}; }
+
 }  // namespace scg::test

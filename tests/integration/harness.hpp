@@ -178,6 +178,31 @@ struct cluster_env {
   bool wait_for_mesh(std::chrono::milliseconds timeout);
 };
 
+/// Runs a shell command quietly; true when it exited 0.
+bool sh(const std::string& cmd);
+
+/// A namespace joined to this one by a veth pair: the test's own two hosts.
+/// Addresses are the pair's own /30, used nowhere else. `cut` takes the
+/// host's end down: packets between them vanish, nobody sees a reset.
+class netns_link {
+ public:
+  netns_link();
+  ~netns_link();
+  netns_link(const netns_link&) = delete;
+  netns_link& operator=(const netns_link&) = delete;
+  bool ok() const { return ok_; }
+  void cut();
+  void heal();
+  /// The command prefix that runs a program inside the namespace.
+  std::vector<std::string> inside() const;
+  const std::string& host_ip() const { return host_ip_; }
+  const std::string& ns_ip() const { return ns_ip_; }
+
+ private:
+  std::string ns_, host_if_, ns_if_, host_ip_, ns_ip_;
+  bool ok_ = false;
+};
+
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);
 

@@ -14,48 +14,6 @@ using namespace scg::test;
 
 namespace {
 
-bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
-/// A namespace joined to this one by a veth pair: the test's own two hosts.
-/// Addresses are the pair's own /30, used nowhere else.
-class netns_link {
- public:
-  netns_link() {
-    const auto id = std::to_string(getpid() % 100000);
-    ns_ = "scgtest" + id;
-    host_if_ = "scgh" + id;
-    ns_if_ = "scgn" + id;
-    const auto octet = std::to_string(getpid() % 250 + 1);
-    host_ip_ = "10.251." + octet + ".1";
-    ns_ip_ = "10.251." + octet + ".2";
-    ok_ = sh("ip netns add " + ns_) && sh("ip link add " + host_if_ + " type veth peer name " + ns_if_) &&
-          sh("ip link set " + ns_if_ + " netns " + ns_) &&
-          sh("ip addr add " + host_ip_ + "/30 dev " + host_if_) && sh("ip link set " + host_if_ + " up") &&
-          sh("ip -n " + ns_ + " addr add " + ns_ip_ + "/30 dev " + ns_if_) &&
-          sh("ip -n " + ns_ + " link set " + ns_if_ + " up") && sh("ip -n " + ns_ + " link set lo up");
-  }
-  ~netns_link() {
-    sh("ip link del " + host_if_);
-    sh("ip netns del " + ns_);
-  }
-  bool ok() const { return ok_; }
-  void cut() { REQUIRE(sh("ip link set " + host_if_ + " down")); }
-  void heal() { REQUIRE(sh("ip link set " + host_if_ + " up")); }
-  std::vector<std::string> inside() const { return {ip_path(), "netns", "exec", ns_}; }
-  const std::string& host_ip() const { return host_ip_; }
-  const std::string& ns_ip() const { return ns_ip_; }
-
-  static std::string ip_path() {
-    for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
-      if (access(p, X_OK) == 0) return p;
-    return "ip";
-  }
-
- private:
-  std::string ns_, host_if_, ns_if_, host_ip_, ns_ip_;
-  bool ok_ = false;
-};
-
 std::string cluster_yaml(const std::string& node, const std::string& host, const std::vector<std::string>& seeds) {
   std::string y = "cluster:\n  node_name: " + node + "\n  bind_addr: \"" + host + ":0\"\n  seeds: [";
   for (std::size_t i = 0; i < seeds.size(); ++i) y += (i ? ", \"" : "\"") + seeds[i] + "\"";

@@ -37,6 +37,14 @@ affinity:
 limits:
   max_message_bytes: 134217728
   connect_timeout_ms: 2500
+  buffer_mib: 1024
+  max_client_connections: 5000
+  handshake_timeout_secs: 5
+  idle_connection_secs: 0
+  first_message_secs: 60
+keepalive:
+  interval_secs: 20
+  timeout_secs: 5
 shutdown:
   deadline_secs: 0
 logging:
@@ -91,6 +99,13 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.affinity.op_ttl_secs == 300);
   CHECK(g.limits.max_message_bytes == 134217728u);
   CHECK(g.limits.connect_timeout_ms == 2500);
+  CHECK(g.limits.buffer_mib == 1024);
+  CHECK(g.limits.max_client_connections == 5000);
+  CHECK(g.limits.handshake_timeout_secs == 5);
+  CHECK(g.limits.idle_connection_secs == 0);
+  CHECK(g.limits.first_message_secs == 60);
+  CHECK(g.keepalive.interval_secs == 20);
+  CHECK(g.keepalive.timeout_secs == 5);
   CHECK(g.shutdown.deadline_secs == 0);
   CHECK(g.logging.level == "debug");
   REQUIRE(g.cluster);
@@ -253,6 +268,12 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {one_backend + "cluster: { node_name: a, bind_addr: \"0.0.0.0:99999\" }\n",
        "cluster.bind_addr", "\"0.0.0.0:99999\" is not host:port"},
       {one_backend + "cluster: { node_name: a, gossip: true }\n", "cluster.gossip", "unknown key"},
+      // the data plane's bounds
+      {one_backend + "limits: { buffer_mib: 8 }\n", "limits.buffer_mib", "must be at least 16, got 8"},
+      {one_backend + "limits: { handshake_timeout_secs: 0 }\n", "limits.handshake_timeout_secs",
+       "must be at least 1, got 0"},
+      {one_backend + "keepalive: { timeout_secs: 0 }\n", "keepalive.timeout_secs", "must be at least 1, got 0"},
+      {one_backend + "keepalive: { every: 3 }\n", "keepalive.every", "unknown key"},
   };
   for (const auto& c : cases) {
     INFO(c.yaml);

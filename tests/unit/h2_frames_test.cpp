@@ -1015,3 +1015,28 @@ TEST_CASE("inflate refuses output past the limit", "[h2]") {
   CHECK(inflate("deflate", zdeflate(small), small.size()) == small);
   CHECK_FALSE(inflate("deflate", zdeflate(small), small.size() - 1).has_value());
 }
+
+TEST_CASE("slice_queue compact copies slices out of shared chunks, keeps order and marks, frees the chunk",
+          "[h2]") {
+  std::atomic<std::int64_t> ledger{0};
+  chunk_ledger = &ledger;
+  chunk* big = chunk::make(256u << 10);  // a read buffer, shared by several streams' slices
+  std::memset(big->data(), 'x', big->capacity);
+  std::memcpy(big->data() + 100, "hello", 5);
+  CHECK(ledger.load() == (256 << 10));
+  slice_queue q;
+  q.push(slice(big, 100, 5), true);
+  q.push(slice::copy_of(" world"), false);  // already its own chunk: left alone
+  big->unref();                              // the reader moved on; the queue alone keeps it
+  CHECK(ledger.load() == (256 << 10) + 6);
+  CHECK(q.compact() == 5);
+  CHECK(ledger.load() == 5 + 6);  // the read buffer is gone
+  CHECK(q.compact() == 0);        // nothing left to gain
+  std::string out;
+  std::size_t marked = 0;
+  q.pop(q.bytes(), [&](slice s) { out += s.view(); }, &marked);
+  CHECK(out == "hello world");
+  CHECK(marked == 5);
+  CHECK(ledger.load() == 0);
+  chunk_ledger = nullptr;
+}

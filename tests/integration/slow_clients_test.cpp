@@ -1,0 +1,407 @@
+// Slow, silent and vanished peers (docs/hardening.md): each test runs the
+// abuse and, while it goes on, a well-behaved client whose calls must
+// succeed quickly; scg's memory stays within its documented bound.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/harness.hpp"
+#include "tests/raw_h2.hpp"
+
+namespace sc = spark::connect;
+using namespace scg::test;
+namespace rh = scg::test::raw_h2;
+
+namespace {
+
+constexpr const char* execute_path = "/spark.connect.SparkConnectService/ExecutePlan";
+
+std::string execute_body(const std::string& session) {
+  sc::ExecutePlanRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user("slow");
+  req.set_plan("plan");
+  return req.SerializeAsString();
+}
+
+/// A client that starts an ExecutePlan with an endless result and then
+/// never reads its socket again: it gives back no flow-control window.
+struct stalled_reader {
+  rh::connection conn;
+  bool started = false;
+  stalled_reader(int port, const std::string& session, int payload_bytes = 256 << 10) : conn(port) {
+    if (!conn.ok() || !conn.handshake()) return;
+    const auto block = rh::grpc_request_block(
+        execute_path, {{"x-fake-responses", "1000000"}, {"x-fake-payload-bytes", std::to_string(payload_bytes)}});
+    started = conn.send(rh::headers_frame(1, block, true, false)) &&
+              conn.send(rh::data_frame(1, rh::grpc_message(execute_body(session)), true));
+  }
+};
+
+/// What a well-behaved client saw: calls made, calls that failed, latencies.
+struct good_client {
+  int calls = 0, failures = 0;
+  std::vector<double> ms;
+  std::string first_error;
+
+  /// `n` calls, alternating Config and a 3-row ExecutePlan, each with a 2 s
+  /// deadline; `fresh` opens a new connection for every call.
+  void run(int port, int n, bool fresh = false) {
+    auto stub = stub_to(port);
+    for (int i = 0; i < n; ++i) {
+      if (fresh) stub = sc::SparkConnectService::NewStub(
+                     grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                               grpc::InsecureChannelCredentials(), unique_args()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+      const auto t0 = std::chrono::steady_clock::now();
+      grpc::Status st;
+      if (i % 2 == 0) {
+        sc::ConfigRequest req;
+        req.set_session_id("good-" + std::to_string(i % 7));
+        *req.mutable_user_context() = user("good");
+        sc::ConfigResponse resp;
+        st = stub->Config(&ctx, req, &resp);
+      } else {
+        sc::ExecutePlanRequest req;
+        req.set_session_id("good-" + std::to_string(i % 7));
+        *req.mutable_user_context() = user("good");
+        req.set_plan("plan");
+        ctx.AddMetadata("x-fake-responses", "3");
+        auto reader = stub->ExecutePlan(&ctx, req);
+        sc::ExecutePlanResponse resp;
+        int rows = 0;
+        while (reader->Read(&resp) && rows < 100) ++rows;
+        st = reader->Finish();
+      }
+      ++calls;
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (!st.ok()) {
+        if (failures++ == 0) first_error = std::to_string(st.error_code()) + " " + st.error_message();
+      }
+    }
+  }
+  double p99() const {
+    if (ms.empty()) return 0;
+    auto v = ms;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(v.size() * 0.99))];
+  }
+
+ private:
+  static grpc::ChannelArguments unique_args() {
+    grpc::ChannelArguments args;
+    static int n = 0;
+    args.SetInt("scg.test.unique", ++n);  // no subchannel sharing: a connection of its own
+    return args;
+  }
+};
+
+void check_good(const good_client& g, double p99_bound_ms) {
+  INFO("first error: " << g.first_error);
+  CHECK(g.calls > 0);
+  CHECK(g.failures == 0);
+  INFO("p99 " << g.p99() << " ms");
+  CHECK(g.p99() < p99_bound_ms);
+}
+
+/// This process may open what the test needs (the hard limit allows it).
+void raise_own_file_limit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+}
+
+/// CPU seconds a process has used (user + system), from /proc.
+double cpu_secs(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+TEST_CASE("stalled readers hold back no other call, and scg holds at most their stream windows",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "workers: 2\n"));
+  good_client warm;
+  warm.run(gw.grpc_port, 20);
+  const long baseline_kib = gw.proc.rss_kib();
+
+  std::vector<std::unique_ptr<stalled_reader>> stalled;
+  for (int i = 0; i < 16; ++i) stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, "stalled-" + std::to_string(i)));
+  for (auto& s : stalled) REQUIRE(s->started);
+  // Until every stalled stream has filled its window in scg.
+  std::this_thread::sleep_for(3s);
+
+  good_client g;
+  g.run(gw.grpc_port, 200);
+  check_good(g, 500);
+
+  // Bound (docs/architecture.md): N x (stream window 4 MiB + the first
+  // response, held whole: 256 KiB), plus read buffers and slack.
+  const long held_kib = gw.proc.rss_kib() - baseline_kib;
+  INFO("scg grew " << held_kib / 1024 << " MiB over " << baseline_kib / 1024 << " MiB");
+  CHECK(held_kib < 16 * (4096 + 256) + 48 * 1024);
+  // And it really holds them (the test is not vacuous): most of the windows are in use.
+  const long buffered = metric_value(gw.admin_port, "scg_buffered_bytes");
+  INFO("scg_buffered_bytes " << buffered);
+  CHECK(buffered > 16L * (2 << 20));
+  CHECK(metric_value(gw.admin_port, "scg_buffer_shed_total") == 0);
+}
+
+TEST_CASE("past its share of limits.buffer_mib a worker ends the calls that hold the most, and serves the rest",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "workers: 1\nlimits: { buffer_mib: 16 }\n"));
+  std::vector<std::unique_ptr<stalled_reader>> stalled;
+  for (int i = 0; i < 8; ++i) stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, "hog-" + std::to_string(i)));
+  for (auto& s : stalled) REQUIRE(s->started);
+  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_buffer_shed_total") >= 4; }, 10s));
+  good_client g;
+  g.run(gw.grpc_port, 100);
+  check_good(g, 500);
+  const long buffered = metric_value(gw.admin_port, "scg_buffered_bytes");
+  INFO("scg_buffered_bytes " << buffered);
+  CHECK(buffered <= (16L << 20) + (1L << 20));
+}
+
+TEST_CASE("silent connections are closed after limits.handshake_timeout_secs and cannot keep real clients out",
+          "[integration][hardening]") {
+  raise_own_file_limit();
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  // The soft and hard limit most services get: scg cannot raise it.
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "limits: { handshake_timeout_secs: 3 }\n"), "scg",
+                          {"/usr/bin/prlimit", "--nofile=1024:1024"});
+  std::vector<std::unique_ptr<rh::connection>> silent;
+  good_client g;
+  std::thread flood([&] {
+    for (int i = 0; i < 1500; ++i) {
+      silent.push_back(std::make_unique<rh::connection>(gw.grpc_port, 2s));
+      if (i % 100 == 99) std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  g.run(gw.grpc_port, 60, true);  // a new connection for every call, while the flood goes on
+  flood.join();
+  check_good(g, 1000);
+  CHECK(metric_value(gw.admin_port, "scg_conn_evicted_total") > 0);
+  // The silent ones go after 3 s (4 s with the tick); none is left after 6.
+  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") <= 2; }, 8s));
+  int closed = 0;
+  for (auto& c : silent) {
+    c->drain();
+    closed += c->peer_closed() || !c->ok();
+  }
+  CHECK(closed == static_cast<int>(silent.size()));
+  CHECK(metric_value(gw.admin_port, "scg_conn_handshake_timeouts_total") > 0);
+}
+
+TEST_CASE("out of descriptors, the accept loop pauses instead of spinning and recovers when they free up",
+          "[integration][hardening]") {
+  raise_own_file_limit();
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  // A cap above the descriptor limit: accept itself fails with EMFILE.
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "limits: { max_client_connections: 100000 }\n"), "scg",
+                          {"/usr/bin/prlimit", "--nofile=256:256"});
+  std::vector<std::unique_ptr<rh::connection>> silent;
+  for (int i = 0; i < 400; ++i) silent.push_back(std::make_unique<rh::connection>(gw.grpc_port, 1s));
+  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_conn_accept_errors_total") > 0; }, 5s));
+  const double cpu0 = cpu_secs(gw.proc.pid());
+  std::this_thread::sleep_for(2s);
+  const double used = cpu_secs(gw.proc.pid()) - cpu0;
+  INFO("scg used " << used << " s of CPU in 2 s with its descriptors spent");
+  CHECK(used < 0.5);
+  silent.clear();  // the descriptors free up
+  good_client g;
+  REQUIRE(eventually([&] {
+    good_client probe;
+    probe.run(gw.grpc_port, 1, true);
+    return probe.failures == 0;
+  }, 5s));
+  g.run(gw.grpc_port, 20, true);
+  check_good(g, 500);
+}
+
+TEST_CASE("a client connection without streams is told to go away after limits.idle_connection_secs; one with a "
+          "long call is not",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "limits: { idle_connection_secs: 2 }\nkeepalive: { interval_secs: 1 }\n"));
+  rh::connection idle(gw.grpc_port);
+  REQUIRE(idle.handshake());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto goaway = idle.read_until(rh::frame_type::goaway, 6s);
+  REQUIRE(goaway);
+  CHECK(goaway->error() == rh::no_error);
+  const auto after = std::chrono::steady_clock::now() - t0;
+  CHECK(after >= 1500ms);
+  CHECK(after < 4s);
+  CHECK(eventually([&] {
+    idle.drain();
+    return idle.peer_closed();
+  }, 3s));
+  CHECK(metric_value(gw.admin_port, "scg_conn_idle_closed_total") >= 1);
+
+  // A call quiet for 5 s (longer than the idle limit) on its own connection: it ends OK.
+  auto stub = stub_to(gw.grpc_port);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  ctx.AddMetadata("x-fake-responses", "2");
+  ctx.AddMetadata("x-fake-delay-ms", "5000");
+  sc::ExecutePlanRequest req;
+  req.set_session_id("quiet");
+  *req.mutable_user_context() = user("quiet");
+  req.set_plan("plan");
+  auto reader = stub->ExecutePlan(&ctx, req);
+  sc::ExecutePlanResponse resp;
+  int n = 0;
+  while (reader->Read(&resp) && n < 10) ++n;
+  auto st = reader->Finish();
+  INFO(st.error_message());
+  CHECK(st.ok());
+}
+
+TEST_CASE("a request whose first message does not come within limits.first_message_secs ends DEADLINE_EXCEEDED",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "limits: { first_message_secs: 2 }\n"));
+  rh::connection c(gw.grpc_port);
+  REQUIRE(c.handshake());
+  // HEADERS, then three bytes of the message prefix, then nothing.
+  REQUIRE(c.send(rh::headers_frame(1, rh::grpc_request_block("/spark.connect.SparkConnectService/AddArtifacts"), true,
+                                   false)));
+  REQUIRE(c.send(rh::data_frame(1, std::string("\0\0\0", 3), false)));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<rh::frame_in> end;
+  for (int i = 0; i < 20 && !end; ++i) {
+    auto f = c.read_until(rh::frame_type::headers, 6s, 1u);
+    if (!f) break;
+    if (f->flag_bits & rh::flags::end_stream) end = f;
+  }
+  REQUIRE(end);
+  const auto after = std::chrono::steady_clock::now() - t0;
+  CHECK(after >= 1500ms);
+  CHECK(after < 4s);
+  CHECK(metric_value(gw.admin_port, "scg_forward_first_message_timeouts_total") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_forward_rpcs_total{rpc=\"AddArtifacts\",code=\"DEADLINE_EXCEEDED\"}") == 1);
+}
+
+namespace {
+
+/// An ExecutePlan through `port` that gets one response, then waits `quiet`
+/// for the next: the status and how long it took.
+std::pair<grpc::Status, std::chrono::milliseconds> quiet_execute(int port, const std::string& session,
+                                                                 std::chrono::seconds deadline,
+                                                                 const std::string& host = "127.0.0.1") {
+  auto stub = stub_to(port, host);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  ctx.AddMetadata("x-fake-responses", "3");
+  ctx.AddMetadata("x-fake-delay-ms", "2000");
+  sc::ExecutePlanRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user("quiet");
+  req.set_plan("plan");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reader = stub->ExecutePlan(&ctx, req);
+  sc::ExecutePlanResponse resp;
+  int n = 0;
+  while (reader->Read(&resp) && n < 10) ++n;
+  auto st = reader->Finish();
+  return {st, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)};
+}
+
+}  // namespace
+
+TEST_CASE("a backend that stops answering (SIGSTOP) fails its calls UNAVAILABLE within keepalive bounds, naming it",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto a = start_fake(dir, "fake-a");
+  auto b = start_fake(dir, "fake-b");
+  auto gw = start_gateway(dir, gateway_yaml({&a, &b}, "keepalive: { interval_secs: 2, timeout_secs: 2 }\n"));
+  // Find a session on fake-a.
+  std::string session;
+  for (int i = 0; i < 40 && session.empty(); ++i)
+    if (backend_for_session(gw.grpc_port, "ka-" + std::to_string(i), "quiet") == "fake-a") session = "ka-" + std::to_string(i);
+  REQUIRE_FALSE(session.empty());
+
+  auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
+  std::this_thread::sleep_for(500ms);  // the call is open, between responses
+  a.proc.signal(SIGSTOP);
+  auto [st, took] = call.get();
+  a.proc.signal(SIGCONT);
+  INFO(st.error_message() << " after " << took.count() << " ms");
+  CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(st.error_message().find("fake-a") != std::string::npos);
+  CHECK(st.error_message().find("keepalive") != std::string::npos);
+  // interval + timeout + the tick: well under 10 s (the grpc deadline is 60 s).
+  CHECK(took < 8s);
+  CHECK(metric_value(gw.admin_port, "scg_keepalive_backend_timeouts_total") >= 1);
+}
+
+TEST_CASE("a backend behind a cut link fails its calls UNAVAILABLE within keepalive bounds, and gets no new sessions",
+          "[integration][hardening][netns]") {
+  netns_link link;
+  REQUIRE(link.ok());
+  temp_dir dir;
+  auto far = start_fake(dir, "fake-far", {}, link.ns_ip(), link.inside());
+  auto near = start_fake(dir, "fake-near");
+  auto gw = start_gateway(dir, gateway_yaml({&far, &near}, "keepalive: { interval_secs: 2, timeout_secs: 2 }\n"));
+  std::string session;
+  for (int i = 0; i < 40 && session.empty(); ++i)
+    if (backend_for_session(gw.grpc_port, "cut-" + std::to_string(i), "quiet") == "fake-far")
+      session = "cut-" + std::to_string(i);
+  REQUIRE_FALSE(session.empty());
+  auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
+  std::this_thread::sleep_for(500ms);
+  link.cut();  // no reset, no FIN: the packets just stop
+  auto [st, took] = call.get();
+  INFO(st.error_message() << " after " << took.count() << " ms");
+  CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(st.error_message().find("fake-far") != std::string::npos);
+  CHECK(took < 8s);
+  // Health probes have marked it by now (3 failed 1 s probes); new sessions go to the backend that answers.
+  REQUIRE(eventually([&] {
+    auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
+    for (const auto& b : j["backends"])
+      if (b["name"] == "fake-far") return !b["healthy"].get<bool>();
+    return false;
+  }, 5s));
+  for (int i = 0; i < 10; ++i) CHECK(backend_for_session(gw.grpc_port, "after-" + std::to_string(i), "new") == "fake-near");
+  link.heal();
+}
+
+TEST_CASE("a client that stops answering PINGs has its connection closed", "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "keepalive: { interval_secs: 1, timeout_secs: 1 }\n"));
+  rh::connection c(gw.grpc_port);
+  REQUIRE(c.handshake());
+  // Reads nothing from here on (a client gone without a FIN): no PING is answered.
+  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_keepalive_client_timeouts_total") >= 1; }, 6s));
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") == 0; }, 3s));
+}
