@@ -414,9 +414,7 @@ class forward_call final : public h2::server_stream,
     }
     if (finished_) return down_->consume(down_stream_, s.size());
     if (hold_request_) {
-      // Held bytes are scg's to keep (at most one message): their window goes back now.
-      down_->consume(down_stream_, s.size());
-      request_.bytes.push(std::move(s));
+      hold(request_, std::move(s), *down_, down_stream_);
     } else {
       to_backend_.push(std::move(s), true);
       up_->resume(up_stream_);
@@ -439,8 +437,8 @@ class forward_call final : public h2::server_stream,
                        std::to_string(fx_.limits.max_message_bytes) + ")");
       return false;
     }
+    request_.header = h;  // read by request_bytes, which the prefix reaches first
     release_prefix(request_prefix_, &forward_call::request_bytes);
-    request_.header = h;
     core::bump(core::global_metrics().forward_request_bytes_total, h.length);
     return true;
   }
@@ -468,8 +466,19 @@ class forward_call final : public h2::server_stream,
   }
 
   void send_held(held_message msg) {
-    while (!msg.bytes.empty()) msg.bytes.pop(msg.bytes.bytes(), [this](slice s) { to_backend_.push(std::move(s), false); });
+    msg.bytes.move_to(to_backend_.data);
     up_->resume(up_stream_);
+  }
+
+  /// Keeps `s` in `msg`, a message scg reads whole. Its bytes owe their
+  /// window until they leave, as passing bytes do, when the message fits in
+  /// the window; a bigger one could never be finished that way, and its
+  /// window goes back at once (it is then held outside flow control, up to
+  /// limits.max_message_bytes and the worker's buffer budget).
+  void hold(held_message& msg, slice s, h2::connection& from, std::int32_t stream) {
+    if (msg.header.length + 5 <= w_.tune().stream_window) return msg.bytes.push(std::move(s), true);
+    from.consume(stream, s.size());
+    msg.bytes.push(std::move(s));
   }
 
   void response_bytes(slice s) {
@@ -484,8 +493,7 @@ class forward_call final : public h2::server_stream,
     }
     if (finished_) return up_->consume(up_stream_, s.size());
     if (hold_response_) {
-      up_->consume(up_stream_, s.size());
-      response_.bytes.push(std::move(s));
+      hold(response_, std::move(s), *up_, up_stream_);
     } else {
       to_client_.push(std::move(s), true);
       down_->resume(down_stream_);
@@ -529,7 +537,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void pass_held_response(held_message msg) {
-    while (!msg.bytes.empty()) msg.bytes.pop(msg.bytes.bytes(), [this](slice s) { to_client_.push(std::move(s), false); });
+    msg.bytes.move_to(to_client_.data);
     down_->resume(down_stream_);
   }
 
@@ -556,10 +564,12 @@ class forward_call final : public h2::server_stream,
     return h2::inflate(encoding, msg.flat_body(), fx_.limits.max_message_bytes, too_large);
   }
 
-  static held_message message_of(std::string_view body) {
+  /// A message scg wrote in place of `original` (a rewrite): it owes the
+  /// window the original took.
+  static held_message message_of(std::string_view body, const held_message& original) {
     held_message m;
     m.header.length = static_cast<std::uint32_t>(body.size());
-    m.bytes.push(slice::copy_of(h2::message_prefix(body.size()) + std::string(body)));
+    m.bytes.push_owing(slice::copy_of(h2::message_prefix(body.size()) + std::string(body)), original.bytes.owed());
     return m;
   }
 
@@ -861,7 +871,7 @@ class forward_call final : public h2::server_stream,
     if (!body) return false;
     auto rewritten = auth::rewrite_user_id(*body, spark_user_);
     if (!rewritten) return false;
-    msg = message_of(*rewritten);
+    msg = message_of(*rewritten, msg);
     return true;
   }
 
@@ -1025,7 +1035,7 @@ class forward_call final : public h2::server_stream,
     if (!suspect) return;
     std::string redacted;
     if (auth::redact_config_response(*body, redacted, secrets) != auth::redact_outcome::redacted) return;
-    msg = message_of(redacted);
+    msg = message_of(redacted, msg);
     core::bump(core::global_metrics().config_redactions_total);
   }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # scg's benchmark, one command, on loopback: scg-fake-spark direct, through scg,
 # through nginx (grpc_pass) and through HAProxy (h2 both sides), interleaved and
-# repeated; then scg's memory per idle session and the cluster's replication
-# (delay at a steady rate, bindings per second, a full sync to a joining replica).
+# repeated; then stalled readers (clients that never read their results) beside
+# well-behaved load through scg, scg's memory per idle session and the cluster's
+# replication (delay at a steady rate, bindings per second, a full sync to a
+# joining replica).
 #
 #   scripts/bench.sh                        full run (3 rounds, 1 GiB streams, 100k sessions)
 #   BENCH_QUICK=1 scripts/bench.sh          smoke test (under 2 minutes), every path and workload
@@ -15,9 +17,12 @@
 # BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
 # BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_WORKLOADS (default
-# "unary h2load stream"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
-# (unary, default "1 32 256"), BENCH_SOAK_SECS, BENCH_BUILD_DIR.
-# nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when missing).
+# "unary h2load stream stalled"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
+# (unary, default "1 32 256"), BENCH_STALLED (the stalled readers' counts, default
+# "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
+# in BENCH_BUILD_DIR as they are, without building).
+# nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when a
+# path or workload that needs one is selected and it is missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
 # mean: docs/performance.md.
 set -euo pipefail
@@ -49,8 +54,10 @@ REPL_RATE_SECS=${BENCH_REPL_RATE_SECS:-${defaults[8]}}
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 read -r -a PATHS <<<"${BENCH_PATHS:-direct scg nginx haproxy}"
-read -r -a WORKLOADS <<<"${BENCH_WORKLOADS:-unary h2load stream}"
+read -r -a WORKLOADS <<<"${BENCH_WORKLOADS:-unary h2load stream stalled}"
 read -r -a UNARY_CONCURRENCIES <<<"${BENCH_CONCURRENCIES:-1 32 256}"
+read -r -a STALLED <<<"${BENCH_STALLED:-0 16 64}"
+STALLED_CONCURRENCY=32
 H2LOAD_CONCURRENCY=32 # 2 connections of 16 streams, like scg-bench's 2 workers
 SESSION_CONCURRENCY=32
 SESSION_WARMUP=1000
@@ -74,23 +81,43 @@ for path in "${PATHS[@]}"; do
   [[ $path =~ ^(direct|scg|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
 done
 for workload in "${WORKLOADS[@]}"; do
-  [[ $workload =~ ^(unary|h2load|stream)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
+  [[ $workload =~ ^(unary|h2load|stream|stalled)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
 done
 for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
   [[ $concurrency =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES: not a positive integer: '$concurrency'"
 done
+for n in "${STALLED[@]}"; do
+  [[ $n =~ ^(0|[1-9][0-9]*)$ ]] || die "BENCH_STALLED: not a non-negative integer: '$n'"
+done
+# The stalled readers' ratios are against N=0 of the same round: it runs first.
+[[ " ${STALLED[*]} " == *" 0 "* ]] || STALLED=(0 "${STALLED[@]}")
 # workload NAME: true when NAME is in BENCH_WORKLOADS.
 workload() { [[ " ${WORKLOADS[*]} " == *" $1 "* ]]; }
+# path NAME: true when NAME is in BENCH_PATHS.
+path_selected() { [[ " ${PATHS[*]} " == *" $1 "* ]]; }
 
-# The proxies and h2load are bench-only packages: the test setup does not need them.
-if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null || ! command -v h2load >/dev/null; then
-  [[ -x /usr/sbin/nginx && -x /usr/sbin/haproxy && -x /usr/bin/h2load ]] || scripts/setup.sh --bench
-fi
+# The proxies and h2load are bench-only packages: the test setup does not need
+# them, nor does a run without their paths and h2load.
 export PATH=$PATH:/usr/sbin
+needed=()
+path_selected nginx && needed+=(nginx)
+path_selected haproxy && needed+=(haproxy)
+workload h2load && needed+=(h2load)
+for tool in "${needed[@]}"; do
+  command -v "$tool" >/dev/null || {
+    scripts/setup.sh --bench
+    break
+  }
+done
 command -v curl >/dev/null || die "curl is missing (scripts/setup.sh installs it)"
 
-log "building scg, scg-fake-spark and scg-bench in $BUILD"
-cmake --build "$BUILD" -j2 --target scg scg-fake-spark scg-bench >&2
+if [[ ${BENCH_BUILD:-1} == 0 ]]; then
+  log "using the binaries in $BUILD as they are (BENCH_BUILD=0)"
+  for binary in scg scg-fake-spark scg-bench; do [[ -x $BUILD/$binary ]] || die "no $BUILD/$binary"; done
+else
+  log "building scg, scg-fake-spark and scg-bench in $BUILD"
+  cmake --build "$BUILD" -j2 --target scg scg-fake-spark scg-bench >&2
+fi
 
 # Others may rebuild scg while this runs: name the source and binary measured.
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -585,6 +612,86 @@ stop_rss_samplers() {
   done
 }
 
+# Stalled readers (BENCH_STALLED): for each N, on a fresh scg, scg-bench stalled
+# opens N raw HTTP/2 connections that each start an ExecutePlan of endless
+# MESSAGE_BYTES messages and never read, then runs well-behaved load beside them
+# for UNARY_SECS (unary Config at c=32 with a 2 s deadline per call, and one
+# stream reader of 256 MiB results). Each figure is set against N=0 of the same
+# round, and scg's peak RSS against N x (stream window + one message) + its peak
+# at N=0: the most scg may hold for clients that give back no window.
+SCG_STREAM_WINDOW=$((4 << 20)) # net/h2/endpoints.hpp: tuning::stream_window
+SCG_WORKERS=$(nproc)           # scg's workers: one per CPU (its config sets none)
+
+# json_num FILE KEY: a number (or null) from a one-line JSON object.
+json_num() { sed -n "s/.*\"$2\": *\(null\|-\{0,1\}[0-9][0-9.e+]*\).*/\1/p" "$1"; }
+
+stalled_bench() {
+  local round n tag out base_rps base_p99 base_mbs base_rss rps p99 mbs rss bound verdict
+  if ! path_selected scg; then
+    log "stalled readers: skipped (scg is not in BENCH_PATHS)"
+    return 0
+  fi
+  for ((round = 1; round <= ROUNDS; round++)); do
+    for n in "${STALLED[@]}"; do
+      tag="scg-stalled-$n-r$round"
+      ((n == 0)) && base_rps="" base_p99="" base_mbs="" base_rss=""
+      stop_pid "$SCG_PID"
+      start_gateway "$tag"
+      CALLS0=$(fake_config_calls)
+      snapshot scg 0
+      if ! run_bounded $((WARMUP_SECS + UNARY_SECS + 120)) "$WORK/stalled.json" "$BUILD/scg-bench" stalled \
+        --target "127.0.0.1:$SCG_PORT" --stalled "$n" --duration-secs "$UNARY_SECS" --warmup-secs "$WARMUP_SECS" \
+        --concurrency "$STALLED_CONCURRENCY" --message-bytes "$MESSAGE_BYTES" --scg-pid "$SCG_PID" ||
+        ! [[ $(<"$WORK/stalled.json") == \{*\} ]]; then
+        log "WARNING: scg-bench stalled with N=$n failed (see $WORK/bench-client.log and $WORK/$tag.log)"
+        printf '{"kind":"stalled","round":%d,"stalled":%d,"error":"scg-bench stalled failed or timed out"}\n' \
+          "$round" "$n" >>"$RAW"
+        continue
+      fi
+      snapshot scg 1
+      CALLS1=$(fake_config_calls)
+      out=$(<"$WORK/stalled.json")
+      printf '%s,"kind":"stalled","case":"stalled","round":%d,"path":"scg","stream_window_bytes":%d,%s}\n' \
+        "${out%\}}" "$round" "$SCG_STREAM_WINDOW" "$(cpu_fields scg)" >>"$RAW"
+      rps=$(json_num "$WORK/stalled.json" rps) p99=$(json_num "$WORK/stalled.json" p99_us)
+      mbs=$(json_num "$WORK/stalled.json" mb_per_s) rss=$(json_int "$WORK/stalled.json" rss_max_kib)
+      if ((n == 0)); then
+        base_rps=$rps base_p99=$p99 base_mbs=$mbs base_rss=$rss
+        log "#$round stalled readers N=0 (baseline): unary $rps calls/s, p99 $(p99_text "$p99");" \
+          "stream $mbs MB/s; scg RSS max $(mib $((rss * 1024))) MiB"
+        continue
+      fi
+      log "#$round stalled readers N=$n: unary $rps calls/s ($(ratio "$rps" "$base_rps") × N=0)," \
+        "p99 $(p99_text "$p99") ($(ratio "$p99" "$base_p99") × N=0), $(json_int "$WORK/stalled.json" errors) failed" \
+        "($(json_int "$WORK/stalled.json" timeouts) timed out); stream $mbs MB/s ($(ratio "$mbs" "$base_mbs") × N=0);" \
+        "$(json_int "$WORK/stalled.json" stalled_started)/$n stalled streams started," \
+        "$(json_int "$WORK/stalled.json" stalled_open_at_end) still open at the end"
+      # The bound scg's docs promise (docs/architecture.md): N x (stream window +
+      # one response message, read whole when it is larger than the window) +
+      # workers x 1.25 MiB of read buffers + RSS at N=0.
+      if [[ -z $base_rss ]]; then
+        log "#$round stalled readers N=$n: scg RSS max $(mib $((rss * 1024))) MiB; no N=0 run this round to bound it"
+        continue
+      fi
+      bound=$((n * (SCG_STREAM_WINDOW + MESSAGE_BYTES) / 1024 + SCG_WORKERS * 1280 + base_rss))
+      verdict=within
+      ((rss <= bound)) || verdict=OVER
+      log "#$round stalled readers N=$n: scg RSS max $(mib $((rss * 1024))) MiB; bound $n × ($(mib "$SCG_STREAM_WINDOW") MiB" \
+        "stream window + $(mib "$MESSAGE_BYTES") MiB message) + $SCG_WORKERS × 1.25 MiB read buffers" \
+        "+ $(mib $((base_rss * 1024))) MiB at N=0" \
+        "= $(mib $((bound * 1024))) MiB: $verdict"
+    done
+  done
+}
+
+# ratio A B: A / B with two decimals; "–" unless both are numbers and B is not 0.
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { num = "^-?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$"
+    if (a !~ num || b !~ num || b + 0 == 0) print "–"; else printf "%.2f", a / b }'
+}
+p99_text() { if [[ $1 == null || -z $1 ]]; then echo "none (no call succeeded)"; else echo "$1 µs"; fi; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
 # Idle sessions on a fresh scg: after the load phase the allocator holds freed
 # stream buffers that new sessions would reuse, hiding their cost.
 idle_sessions() {
@@ -770,21 +877,34 @@ cluster_bench() {
 
 json_seconds() { sed -n 's/.*"seconds": *\([0-9.]*\).*/\1/p' "$1"; }
 
+# tool_version nginx|haproxy|h2load: its version, "none" when it is not installed.
+tool_version() {
+  command -v "$1" >/dev/null || {
+    echo none
+    return
+  }
+  case $1 in
+    nginx) nginx -v 2>&1 | sed 's/.*\///' ;;
+    haproxy) haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p' ;;
+    h2load) h2load --version | sed -n '1s/.*\///p' ;;
+  esac
+}
+
 write_meta() {
   local build_type allocator cpu_model end_binary
   end_binary=$(sha256sum "$BUILD/scg" | cut -c1-12)
   [[ $end_binary == "$SCG_BINARY" ]] ||
     log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $end_binary); later phases may have run the new one"
-  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || echo unknown)
   allocator=glibc
   [[ $(ldd "$BUILD/scg" 2>/dev/null) == *jemalloc* ]] && allocator=jemalloc
   cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-  printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s"}\n' \
+  printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s","stalled":"%s","workloads":"%s"}\n' \
     "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((${BENCH_QUICK:-0} == 1))" "$REV" "$build_type" "$allocator" "$SCG_BINARY" "$end_binary" \
     "${cpu_model//\"/}" "$(nproc)" "$(uname -r)" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" "${PATHS[*]}" \
     "$ROUNDS" "$STREAM_REPEATS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" \
-    "$REPL_SESSIONS" "$REPLICAS" "$H2LOAD_CONCURRENCY" "$(nginx -v 2>&1 | sed 's/.*\///')" "$(nproc)" \
-    "$(haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p')" "$(h2load --version | sed -n '1s/.*\///p')" >>"$RAW"
+    "$REPL_SESSIONS" "$REPLICAS" "$H2LOAD_CONCURRENCY" "$(tool_version nginx)" "$(nproc)" \
+    "$(tool_version haproxy)" "$(tool_version h2load)" "${STALLED[*]}" "${WORKLOADS[*]}" >>"$RAW"
 }
 
 # Steady unary (c=32) and back-to-back streams through one scg for SOAK_SECS,
@@ -844,13 +964,17 @@ if [[ $MODE == soak ]]; then
 else
   log "load average before: $LOAD_START; paths: ${PATHS[*]}; rounds=$ROUNDS unary=${UNARY_SECS}s" \
     "(+${WARMUP_SECS}s warm-up) at c=${UNARY_CONCURRENCIES[*]}, h2load c=$H2LOAD_CONCURRENCY," \
-    "stream=$STREAM_BYTES bytes in $MESSAGE_BYTES-byte messages, sessions=$SESSIONS," \
+    "stream=$STREAM_BYTES bytes in $MESSAGE_BYTES-byte messages, stalled readers=${STALLED[*]}, sessions=$SESSIONS," \
     "cluster: $REPLICAS replicas, ${REPL_RATE}/s for ${REPL_RATE_SECS}s, $REPL_SESSIONS at full speed, a $SYNC_ENTRIES-entry sync"
   start_servers
   measure_idle
-  start_rss_samplers
-  load_rounds
-  stop_rss_samplers
+  # Peak RSS under the rounds' load (not the stalled readers': they hold memory on purpose).
+  if workload unary || workload h2load || workload stream; then
+    start_rss_samplers
+    load_rounds
+    stop_rss_samplers
+  fi
+  workload stalled && stalled_bench
   ((SESSIONS > 0)) && idle_sessions
   ((REPL_SESSIONS > 0)) && cluster_bench
   OUT=bench-results/bench-$STAMP

@@ -100,25 +100,35 @@ class slice {
   std::size_t size_ = 0;
 };
 
-/// A FIFO of slices with its byte count. A slice may carry a mark (a pipe
-/// marks the bytes whose HTTP/2 window it owes their producer). The storage
-/// is a vector reused as the queue empties: a call's queues allocate once.
+/// A FIFO of slices with its byte count. A slice may carry a debt (a pipe
+/// notes the HTTP/2 window it owes the bytes' producer, paid as they leave;
+/// a rewritten message owes what the original took). The storage is a
+/// vector reused as the queue empties: a call's queues allocate once.
 class slice_queue {
  public:
+  /// Queues `s`; `marked`: it owes its own size.
   void push(slice s, bool marked = false) {
+    const auto owed = marked ? s.size() : 0;
+    push_owing(std::move(s), owed);
+  }
+  /// Queues `s` owing `owed` bytes of window.
+  void push_owing(slice s, std::size_t owed) {
     if (s.empty()) return;
     bytes_ += s.size();
-    q_.push_back({std::move(s), marked});
+    q_.push_back({std::move(s), owed});
   }
   /// Moves up to `n` bytes from the front to `out` (a callable taking a
-  /// slice); adds the marked bytes among them to `*marked`.
+  /// slice); adds the debt they pay to `*marked` (all of a slice's debt once
+  /// its last byte went, never more than the bytes before).
   template <class F>
   std::size_t pop(std::size_t n, F&& out, std::size_t* marked = nullptr) {
     std::size_t moved = 0;
     while (moved < n && head_ < q_.size()) {
       auto& front = q_[head_];
       const auto part = std::min(front.s.size(), n - moved);
-      if (marked && front.marked) *marked += part;
+      const auto pay = part == front.s.size() ? front.owed : std::min(front.owed, part);
+      front.owed -= pay;
+      if (marked) *marked += pay;
       moved += part;
       if (part == front.s.size()) {
         out(std::move(front.s));
@@ -131,15 +141,26 @@ class slice_queue {
     if (head_ == q_.size()) clear();
     return moved;
   }
-  /// Drops everything; the bytes that were marked.
-  std::size_t clear() {
-    std::size_t marked = 0;
-    for (std::size_t i = head_; i < q_.size(); ++i)
-      if (q_[i].marked) marked += q_[i].s.size();
+  /// Moves every slice, with its debt, to the back of `to`.
+  void move_to(slice_queue& to) {
+    for (std::size_t i = head_; i < q_.size(); ++i) to.push_owing(std::move(q_[i].s), q_[i].owed);
     q_.clear();
     head_ = 0;
     bytes_ = 0;
-    return marked;
+  }
+  /// The debt of everything queued.
+  std::size_t owed() const {
+    std::size_t n = 0;
+    for (std::size_t i = head_; i < q_.size(); ++i) n += q_[i].owed;
+    return n;
+  }
+  /// Drops everything; the debt it carried.
+  std::size_t clear() {
+    const auto debt = owed();
+    q_.clear();
+    head_ = 0;
+    bytes_ = 0;
+    return debt;
   }
   std::size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
@@ -171,7 +192,7 @@ class slice_queue {
  private:
   struct entry {
     slice s;
-    bool marked;
+    std::size_t owed;
   };
   std::vector<entry> q_;
   std::size_t head_ = 0;

@@ -244,7 +244,7 @@ TEST_CASE("out of descriptors, the accept loop pauses instead of spinning and re
   check_good(g, 500);
 }
 
-TEST_CASE("a client connection without streams is told to go away after limits.idle_connection_secs; one with a "
+TEST_CASE("a client connection without streams is told to go away after limits.idle_connection_secs, one with a "
           "long call is not",
           "[integration][hardening]") {
   temp_dir dir;
@@ -404,4 +404,164 @@ TEST_CASE("a client that stops answering PINGs has its connection closed", "[int
   // Reads nothing from here on (a client gone without a FIN): no PING is answered.
   REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_keepalive_client_timeouts_total") >= 1; }, 6s));
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") == 0; }, 3s));
+}
+
+TEST_CASE("a call quiet for many keepalive intervals stays within a gRPC server's PING policy and completes",
+          "[integration][hardening]") {
+  // scg-fake-spark is a gRPC core server: by default it closes a connection
+  // (too_many_pings) at the third PING strike, with every call on it.
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "keepalive: { interval_secs: 1, timeout_secs: 1 }\n"));
+  auto stub = stub_to(gw.grpc_port);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  ctx.AddMetadata("x-fake-responses", "2");
+  ctx.AddMetadata("x-fake-delay-ms", "9000");  // 9 quiet seconds: 9 chances to PING
+  sc::ExecutePlanRequest req;
+  req.set_session_id("patient");
+  *req.mutable_user_context() = user("patient");
+  req.set_plan("plan");
+  auto reader = stub->ExecutePlan(&ctx, req);
+  sc::ExecutePlanResponse resp;
+  int n = 0;
+  while (reader->Read(&resp) && n < 10) ++n;
+  auto st = reader->Finish();
+  INFO(st.error_message());
+  CHECK(st.ok());
+  CHECK(n >= 2);  // two results (and result_complete)
+  CHECK(metric_value(gw.admin_port, "scg_keepalive_backend_timeouts_total") == 0);
+}
+
+namespace {
+
+/// A "backend" that accepts TCP connections and never reads from them: its
+/// socket buffers fill, and nothing ever answers.
+class deaf_backend {
+ public:
+  deaf_backend() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 64);
+    socklen_t n = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (int i = 0; i < 64 && !stop_; ++i) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 200) <= 0) {
+          --i;
+          continue;
+        }
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c >= 0) accepted_.push_back(c);
+      }
+    });
+  }
+  ~deaf_backend() {
+    stop_ = true;
+    thread_.join();
+    for (int c : accepted_) ::close(c);
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> accepted_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("an upload to a backend that stops reading holds its stream window in scg and nobody else back",
+          "[integration][hardening]") {
+  temp_dir dir;
+  auto fake = start_fake(dir, "fake-a");
+  deaf_backend deaf;
+  // Keepalive off: flow control alone must keep the others moving.
+  const std::string extra = "keepalive: { interval_secs: 0 }\nworkers: 1\n";
+  auto yaml = gateway_yaml({&fake}, extra);
+  const auto at = yaml.find("backends:");
+  REQUIRE(at != std::string::npos);
+  yaml.insert(yaml.find('\n', at) + 1, "  - { address: \"127.0.0.1:" + std::to_string(deaf.port()) + "\", name: deaf }\n");
+  auto gw = start_gateway(dir, yaml);
+  const long baseline_kib = gw.proc.rss_kib();
+
+  // Uploads to the deaf backend's sessions, as PySpark makes them: messages
+  // of one 32 KiB chunk, 64 MiB in all, written as fast as flow control lets.
+  struct upload {
+    grpc::ClientContext ctx;
+    sc::AddArtifactsResponse resp;
+    std::unique_ptr<sc::SparkConnectService::Stub> stub;
+  };
+  std::vector<std::unique_ptr<upload>> uploads;
+  std::vector<std::thread> senders;
+  std::atomic<long> sent{0};
+  // A session the deaf backend got (placement alternates between the two,
+  // until health probes find it deaf a few seconds in).
+  std::string session;
+  for (int k = 0; k < 4 && session.empty(); ++k) {
+    grpc::Status st;
+    const auto name = "up-" + std::to_string(k);
+    if (backend_for_session(gw.grpc_port, name, "uploader", &st).empty() &&
+        st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      session = name;
+  }
+  REQUIRE_FALSE(session.empty());
+  for (int i = 0; i < 4; ++i) {
+    auto u = std::make_unique<upload>();
+    u->stub = stub_to(gw.grpc_port);
+    u->ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    sc::AddArtifactsRequest req;
+    req.set_session_id(session);
+    *req.mutable_user_context() = user("uploader");
+    req.set_chunk(std::string(32 << 10, 'j'));  // opaque to scg
+    senders.emplace_back([u = u.get(), req, &sent] {
+      auto writer = u->stub->AddArtifacts(&u->ctx, &u->resp);
+      for (int m = 0; m < 2048; ++m) {
+        if (!writer->Write(req)) break;
+        sent += static_cast<long>(req.ByteSizeLong());
+      }
+      writer->WritesDone();
+      writer->Finish();
+    });
+    uploads.push_back(std::move(u));
+  }
+  std::this_thread::sleep_for(2s);
+  // Good calls to sessions on fake-a, while the uploads are stuck.
+  good_client g;
+  std::vector<std::string> on_a;
+  for (int k = 0; k < 64 && on_a.size() < 4; ++k)
+    if (backend_for_session(gw.grpc_port, "a-" + std::to_string(k), "good") == "fake-a")
+      on_a.push_back("a-" + std::to_string(k));
+  REQUIRE(on_a.size() == 4);
+  auto stub = stub_to(gw.grpc_port);
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+    sc::ConfigRequest req;
+    req.set_session_id(on_a[i % on_a.size()]);
+    *req.mutable_user_context() = user("good");
+    sc::ConfigResponse resp;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto st = stub->Config(&ctx, req, &resp);
+    g.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ++g.calls;
+    if (!st.ok() && g.failures++ == 0) g.first_error = st.error_message();
+  }
+  check_good(g, 500);
+  // Each upload got about its 4 MiB stream window into scg (plus the
+  // client's own buffers), not its 64 MiB; scg holds about that.
+  INFO("sent " << sent.load() / 1024 << " KiB");
+  CHECK(sent.load() < 4L * (8 << 20));
+  const long grown_kib = gw.proc.rss_kib() - baseline_kib;
+  INFO("scg grew " << grown_kib / 1024 << " MiB");
+  CHECK(grown_kib < 4 * 4096 + 48 * 1024);
+  for (auto& u : uploads) u->ctx.TryCancel();  // the senders' writes fail and they end
+  for (auto& t : senders) t.join();
 }

@@ -1040,3 +1040,21 @@ TEST_CASE("slice_queue compact copies slices out of shared chunks, keeps order a
   CHECK(ledger.load() == 0);
   chunk_ledger = nullptr;
 }
+
+TEST_CASE("slice_queue debts: a rewritten slice owes what the original took, paid when its last byte leaves",
+          "[h2]") {
+  slice_queue q;
+  q.push_owing(slice::copy_of("rewritten!"), 7);  // 10 bytes standing for 7 received
+  q.push(slice::copy_of("abc"), true);
+  CHECK(q.owed() == 10);
+  std::size_t paid = 0;
+  q.pop(4, [](slice) {}, &paid);
+  CHECK(paid == 4);  // never more than the bytes that left
+  q.pop(6, [](slice) {}, &paid);
+  CHECK(paid == 7);  // the rest of its debt with its last byte
+  slice_queue to;
+  q.move_to(to);
+  CHECK(q.empty());
+  CHECK(to.owed() == 3);
+  CHECK(to.clear() == 3);
+}

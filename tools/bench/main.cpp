@@ -4,6 +4,9 @@
 //                      [--warmup-secs W] [--threads T]
 //   scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S] [--session-id ID]
 //   scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]
+//   scg-bench stalled  --target 127.0.0.1:PORT --stalled N --duration-secs S [--warmup-secs W]
+//                      [--concurrency C] [--threads T] [--deadline-ms D] [--message-bytes M]
+//                      [--stream-bytes B] [--settle-secs X] [--scg-pid PID] [--stalled-window W]
 //   scg-bench frame-config --out FILE [--session-id ID]
 //   scg-bench report   --raw FILE [--json FILE] [--markdown FILE]
 //
@@ -12,6 +15,11 @@
 // one channel (its own TCP connection) per worker: no completion crosses threads,
 // so the load generator stays much cheaper than what it measures. Every run
 // reports the client's own CPU time (client_cpu_s) so that can be checked.
+// `stalled` opens N raw HTTP/2 connections (tests/raw_h2.hpp) that each start
+// an endless ExecutePlan and never read, then runs unary load and one stream
+// reader beside them, and samples scg's RSS (/proc/PID/status).
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -26,6 +34,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -37,11 +46,13 @@
 #include <nlohmann/json.hpp>
 
 #include "spark_connect.grpc.pb.h"
+#include "tests/raw_h2.hpp"
 
 namespace scg::bench {
 namespace {
 
 namespace sc = spark::connect;
+namespace raw_h2 = scg::test::raw_h2;
 using json = nlohmann::ordered_json;
 using clock_type = std::chrono::steady_clock;
 
@@ -54,6 +65,9 @@ constexpr const char* usage =
     "                          [--warmup-secs W] [--threads T]\n"
     "       scg-bench stream   --target HOST:PORT --bytes B --message-bytes M [--timeout-secs S] [--session-id ID]\n"
     "       scg-bench sessions --target HOST:PORT --count N --concurrency C [--threads T] [--rate PER_S]\n"
+    "       scg-bench stalled  --target 127.0.0.1:PORT --stalled N --duration-secs S [--warmup-secs W]\n"
+    "                          [--concurrency C] [--threads T] [--deadline-ms D] [--message-bytes M]\n"
+    "                          [--stream-bytes B] [--settle-secs X] [--scg-pid PID] [--stalled-window W]\n"
     "       scg-bench frame-config --out FILE [--session-id ID]\n"
     "       scg-bench report   --raw FILE [--json FILE] [--markdown FILE]\n";
 
@@ -195,6 +209,7 @@ struct load_plan {
   bool session_per_call = false;        ///< else one session per slot
   double rate = 0;                      ///< > 0: call n starts no earlier than n / rate s in
   uint64_t nonce = 0;
+  std::chrono::milliseconds deadline = call_deadline;  ///< of each call
 };
 
 /// What one worker saw.
@@ -203,6 +218,7 @@ struct worker_tally {
   int64_t errors = 0;        ///< non-OK completions inside the window
   int64_t completed = 0;     ///< every completion, warm-up and drain included
   int64_t errors_total = 0;  ///< every non-OK completion
+  int64_t timeouts = 0;      ///< DEADLINE_EXCEEDED completions inside the window
   std::vector<uint32_t> latency_us;  ///< of the OK completions inside the window
   std::string first_error;
 };
@@ -225,7 +241,7 @@ std::pair<int, int> slot_range(const load_plan& plan, int worker) {
 
 /// Runs one worker's slots on its own completion queue until the window closes
 /// (or the call limit is reached) and its last call has completed. Every call
-/// has a deadline, so this returns within call_deadline of the window's end.
+/// has a deadline, so this returns within plan.deadline of the window's end.
 void run_worker(const load_plan& plan, int worker, sc::SparkConnectService::Stub& stub,
                 std::atomic<int64_t>& issued, worker_tally& tally) {
   const auto [first, last] = slot_range(plan, worker);
@@ -248,7 +264,7 @@ void run_worker(const load_plan& plan, int worker, sc::SparkConnectService::Stub
       if (plan.session_per_call) slot.request.set_session_id(session_uuid(plan.nonce, static_cast<uint64_t>(n)));
     }
     slot.ctx = std::make_unique<grpc::ClientContext>();
-    slot.ctx->set_deadline(std::chrono::system_clock::now() + call_deadline);
+    slot.ctx->set_deadline(std::chrono::system_clock::now() + plan.deadline);
     slot.started = now;
     slot.reader = stub.PrepareAsyncConfig(slot.ctx.get(), slot.request, &queue);
     slot.reader->StartCall();
@@ -277,6 +293,7 @@ void run_worker(const load_plan& plan, int worker, sc::SparkConnectService::Stub
     } else {
       ++tally.errors_total;
       if (counted) ++tally.errors;
+      if (counted && slot.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) ++tally.timeouts;
       if (tally.first_error.empty())
         tally.first_error = std::to_string(slot.status.error_code()) + " " + slot.status.error_message();
     }
@@ -296,31 +313,32 @@ struct load_outcome {
   bool connected = true;
 };
 
-/// Connects one channel per worker, then runs the plan, whose window is given
-/// relative to the moment the connections are up.
-load_outcome run_load(load_plan plan, std::chrono::duration<double> warmup,
-                      std::optional<std::chrono::duration<double>> duration) {
-  load_outcome out;
+/// One channel (its own connection) and stub per worker.
+struct load_clients {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<sc::SparkConnectService::Stub>> stubs;
-  for (int w = 0; w < plan.threads; ++w) {
-    channels.push_back(make_channel(plan.target));
-    if (!connect(*channels.back(), plan.target)) {
-      out.connected = false;
-      return out;
-    }
-    stubs.push_back(sc::SparkConnectService::NewStub(channels.back()));
-  }
+};
 
+/// Connects the workers' channels; nullopt (after a message) when one cannot.
+std::optional<load_clients> connect_load(const load_plan& plan) {
+  load_clients out;
+  for (int w = 0; w < plan.threads; ++w) {
+    out.channels.push_back(make_channel(plan.target));
+    if (!connect(*out.channels.back(), plan.target)) return std::nullopt;
+    out.stubs.push_back(sc::SparkConnectService::NewStub(out.channels.back()));
+  }
+  return out;
+}
+
+/// Runs the plan on connected clients; its window is already set.
+load_outcome run_connected(const load_plan& plan, load_clients& clients) {
+  load_outcome out;
   const auto start = clock_type::now();
-  plan.window_start = start + std::chrono::duration_cast<clock_type::duration>(warmup);
-  plan.window_end = duration ? plan.window_start + std::chrono::duration_cast<clock_type::duration>(*duration)
-                             : clock_type::time_point::max();
   std::atomic<int64_t> issued{0};
   std::vector<worker_tally> tallies(static_cast<size_t>(plan.threads));
   std::vector<std::thread> workers;
   for (int w = 0; w < plan.threads; ++w)
-    workers.emplace_back([&, w] { run_worker(plan, w, *stubs[w], issued, tallies[w]); });
+    workers.emplace_back([&, w] { run_worker(plan, w, *clients.stubs[w], issued, tallies[w]); });
   for (auto& t : workers) t.join();
   out.wall_seconds = seconds_between(start, clock_type::now());
 
@@ -329,6 +347,7 @@ load_outcome run_load(load_plan plan, std::chrono::duration<double> warmup,
     out.total.errors += t.errors;
     out.total.completed += t.completed;
     out.total.errors_total += t.errors_total;
+    out.total.timeouts += t.timeouts;
     out.total.latency_us.insert(out.total.latency_us.end(), t.latency_us.begin(), t.latency_us.end());
     if (out.total.first_error.empty()) out.total.first_error = t.first_error;
   }
@@ -336,6 +355,23 @@ load_outcome run_load(load_plan plan, std::chrono::duration<double> warmup,
     std::fprintf(stderr, "scg-bench: %" PRId64 " calls failed; the first: %s\n", out.total.errors_total,
                  out.total.first_error.c_str());
   return out;
+}
+
+/// Connects one channel per worker, then runs the plan, whose window is given
+/// relative to the moment the connections are up.
+load_outcome run_load(load_plan plan, std::chrono::duration<double> warmup,
+                      std::optional<std::chrono::duration<double>> duration) {
+  auto clients = connect_load(plan);
+  if (!clients) {
+    load_outcome out;
+    out.connected = false;
+    return out;
+  }
+  const auto start = clock_type::now();
+  plan.window_start = start + std::chrono::duration_cast<clock_type::duration>(warmup);
+  plan.window_end = duration ? plan.window_start + std::chrono::duration_cast<clock_type::duration>(*duration)
+                             : clock_type::time_point::max();
+  return run_connected(plan, *clients);
 }
 
 int default_threads(int64_t concurrency) { return static_cast<int>(std::min<int64_t>(concurrency, 2)); }
@@ -484,6 +520,300 @@ int run_stream(cli_args& args) {
   return 1;
 }
 
+// ------------------------------------------------------------ stalled readers
+
+/// The stalled readers' result: endless messages (a million of them), so the
+/// backend always has more to send than the client takes.
+constexpr int64_t stalled_responses = 1000000;
+
+/// The port of a loopback HOST:PORT target; 0 when it is not loopback.
+int loopback_port(const std::string& target) {
+  const auto colon = target.rfind(':');
+  if (colon == std::string::npos) return 0;
+  const auto host = target.substr(0, colon);
+  if (host != "127.0.0.1" && host != "localhost") return 0;
+  try {
+    return std::stoi(target.substr(colon + 1));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+/// VmRSS of `pid` in KiB (/proc/PID/status); 0 when unreadable.
+int64_t rss_kib_of(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  return 0;
+}
+
+/// Bytes that arrived on `fd` and were never read.
+int64_t pending_bytes(int fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 ? n : 0;
+}
+
+/// True while the server has not closed `fd` (no FIN, no reset), unread data or not.
+bool still_open(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 0;
+}
+
+/// Opens a raw HTTP/2 connection and starts one ExecutePlan of endless
+/// `message_bytes` messages on it, advertising `window` bytes of stream and
+/// connection window, then never reads. Null (after a message) on failure.
+std::unique_ptr<raw_h2::connection> open_stalled_reader(int port, const std::string& session, int64_t message_bytes,
+                                                        uint32_t window, int timeout_secs) {
+  auto conn = std::make_unique<raw_h2::connection>(port);
+  std::vector<std::pair<uint16_t, uint32_t>> settings;
+  if (window != 65535) settings.push_back({raw_h2::initial_window_size, window});
+  std::string why;
+  if (!conn->ok()) why = "cannot connect";
+  else if (!conn->handshake(settings)) why = "no SETTINGS from the server";
+  if (why.empty()) {
+    sc::ExecutePlanRequest request;
+    request.set_session_id(session);
+    request.mutable_user_context()->set_user_id(bench_user);
+    const auto block = raw_h2::grpc_request_block(
+        "/spark.connect.SparkConnectService/ExecutePlan",
+        {{"grpc-timeout", std::to_string(timeout_secs) + "S"},
+         {"x-fake-responses", std::to_string(stalled_responses)},
+         {"x-fake-payload-bytes", std::to_string(message_bytes)}});
+    std::string frames;
+    if (window > 65535) frames += raw_h2::window_update_frame(0, window - 65535);
+    frames += raw_h2::headers_frame(1, block, true, false) +
+              raw_h2::data_frame(1, raw_h2::grpc_message(request.SerializeAsString()), true);
+    if (!conn->send(frames)) why = "cannot send the request";
+  }
+  if (why.empty()) return conn;
+  std::fprintf(stderr, "scg-bench: stalled reader: %s\n", why.c_str());
+  return nullptr;
+}
+
+/// What the well-behaved stream reader saw.
+struct stream_tally {
+  int64_t bytes = 0;  ///< payload bytes received inside the window
+  int64_t ok = 0, errors = 0, timeouts = 0;
+  std::string first_error;
+};
+
+/// Reads ExecutePlan results of `messages` x `message_bytes` back to back
+/// until `stop` is set (which also cancels the call in flight), counting the
+/// payload bytes that arrive inside the window. Each stream has a deadline.
+class stream_reader {
+ public:
+  stream_reader(std::shared_ptr<grpc::Channel> channel, int64_t messages, int64_t message_bytes, uint64_t nonce)
+      : stub_(sc::SparkConnectService::NewStub(std::move(channel))),
+        messages_(messages),
+        message_bytes_(message_bytes),
+        session_(session_uuid(nonce, uint64_t{1} << 40)) {}
+
+  /// Streams one result after another (each with `deadline`) until stop()
+  /// or the window's end.
+  void run(clock_type::time_point window_start, clock_type::time_point window_end, std::chrono::seconds deadline) {
+    while (!stopping_ && clock_type::now() < window_end) {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("x-fake-responses", std::to_string(messages_));
+      ctx.AddMetadata("x-fake-payload-bytes", std::to_string(message_bytes_));
+      ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) break;
+        current_ = &ctx;
+      }
+      sc::ExecutePlanRequest request;
+      request.set_session_id(session_);
+      request.mutable_user_context()->set_user_id(bench_user);
+      auto reader = stub_->ExecutePlan(&ctx, request);
+      sc::ExecutePlanResponse response;
+      std::string operation_id;
+      while (reader->Read(&response)) {
+        if (operation_id.empty()) operation_id = response.operation_id();
+        const auto now = clock_type::now();
+        if (response.has_arrow_batch() && now >= window_start && now < window_end)
+          tally_.bytes += static_cast<int64_t>(response.arrow_batch().data().size());
+      }
+      const auto status = reader->Finish();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        current_ = nullptr;
+      }
+      if (status.ok()) {
+        ++tally_.ok;
+        release(operation_id);
+      } else if (stopping_ && status.error_code() == grpc::StatusCode::CANCELLED) {
+        break;  // ours, at the window's end
+      } else {
+        ++(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? tally_.timeouts : tally_.errors);
+        if (tally_.first_error.empty())
+          tally_.first_error = std::to_string(status.error_code()) + " " + status.error_message();
+      }
+    }
+  }
+
+  /// Ends run(): no new stream, and the one in flight is cancelled.
+  void stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (current_) current_->TryCancel();
+  }
+
+  const stream_tally& tally() const { return tally_; }
+
+ private:
+  /// As Spark's clients do once a result is complete.
+  void release(const std::string& operation_id) {
+    if (operation_id.empty()) return;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    sc::ReleaseExecuteRequest release;
+    release.set_session_id(session_);
+    release.set_operation_id(operation_id);
+    release.mutable_user_context()->set_user_id(bench_user);
+    release.mutable_release_all();
+    sc::ReleaseExecuteResponse released;
+    (void)stub_->ReleaseExecute(&ctx, release, &released);
+  }
+
+  std::unique_ptr<sc::SparkConnectService::Stub> stub_;
+  int64_t messages_, message_bytes_;
+  std::string session_;
+  std::mutex mutex_;
+  grpc::ClientContext* current_ = nullptr;
+  std::atomic<bool> stopping_{false};
+  stream_tally tally_;
+};
+
+/// Samples a process's VmRSS every 100 ms until stopped: the highest value.
+class rss_sampler {
+ public:
+  explicit rss_sampler(int64_t pid) : pid_(pid) {
+    if (pid_ <= 0) return;
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        max_ = std::max<int64_t>(max_, rss_kib_of(pid_));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  ~rss_sampler() { stop(); }
+  int64_t stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (pid_ > 0) max_ = std::max<int64_t>(max_, rss_kib_of(pid_));
+    return max_;
+  }
+
+ private:
+  int64_t pid_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> max_{0};
+  std::thread thread_;
+};
+
+/// N stalled readers, then well-behaved load beside them: unary Config at
+/// --concurrency and one stream reader, for the window; scg's RSS meanwhile.
+int run_stalled(cli_args& args) {
+  load_plan plan;
+  plan.target = args.text("target");
+  const auto stalled = args.number("stalled", std::nullopt, 0);
+  const auto duration = args.number("duration-secs", std::nullopt, 1);
+  const auto warmup = args.number("warmup-secs", 1, 0);
+  plan.concurrency = static_cast<int>(args.number("concurrency", 32, 1));
+  plan.threads = static_cast<int>(args.number("threads", default_threads(plan.concurrency), 1));
+  plan.deadline = std::chrono::milliseconds(args.number("deadline-ms", 2000, 1));
+  const auto message_bytes = args.number("message-bytes", 4 << 20, 1);
+  const auto stream_bytes = args.number("stream-bytes", 256 << 20, 1);
+  const auto settle = args.number("settle-secs", 2, 0);
+  const auto pid = args.number("scg-pid", 0, 0);
+  const auto window = args.number("stalled-window", 65535, 65535);
+  if (!args.finish()) return 2;
+  const int port = loopback_port(plan.target);
+  if (port <= 0 || window > 0x7fffffff) {
+    std::fprintf(stderr, "scg-bench: stalled readers need a 127.0.0.1:PORT target and a window below 2^31\n");
+    return 2;
+  }
+  plan.threads = std::min(plan.threads, plan.concurrency);
+  plan.nonce = run_nonce();
+  const double cpu_before = cpu_seconds_of_this_process();
+
+  rss_sampler sampler(pid);
+  const int64_t rss_before = pid > 0 ? rss_kib_of(pid) : 0;
+  // The stalled readers' calls outlive the run (the connections close first).
+  const int call_secs = static_cast<int>(settle + warmup + duration + 60);
+  std::vector<std::unique_ptr<raw_h2::connection>> readers;
+  const auto open_until = clock_type::now() + std::chrono::seconds(30);
+  for (int64_t i = 0; i < stalled && clock_type::now() < open_until; ++i)
+    if (auto r = open_stalled_reader(port, session_uuid(plan.nonce, uint64_t{1} << 41 | uint64_t(i)), message_bytes,
+                                     static_cast<uint32_t>(window), call_secs))
+      readers.push_back(std::move(r));
+  std::this_thread::sleep_for(std::chrono::seconds(settle));  // the backend fills what scg lets it
+  int64_t started = 0, pending = 0;
+  for (const auto& r : readers) {
+    const auto n = pending_bytes(r->fd());
+    started += n > 0;
+    pending += n;
+  }
+  const int64_t rss_settled = pid > 0 ? rss_kib_of(pid) : 0;
+
+  auto clients = connect_load(plan);
+  auto stream_channel = make_channel(plan.target);
+  if (!clients || !connect(*stream_channel, plan.target)) return 1;
+  const auto start = clock_type::now();
+  plan.window_start = start + std::chrono::seconds(warmup);
+  plan.window_end = plan.window_start + std::chrono::seconds(duration);
+  stream_reader streams(stream_channel, std::max<int64_t>(1, stream_bytes / message_bytes), message_bytes, plan.nonce);
+  std::thread stream_thread([&] {
+    streams.run(plan.window_start, plan.window_end, std::chrono::seconds(warmup + duration + 10));
+  });
+  auto out = run_connected(plan, *clients);
+  std::this_thread::sleep_until(plan.window_end);
+  streams.stop();
+  stream_thread.join();
+
+  int64_t open_at_end = 0;
+  for (const auto& r : readers) open_at_end += still_open(r->fd());
+  const int64_t rss_max = sampler.stop();
+  const auto opened = static_cast<int64_t>(readers.size());
+  readers.clear();
+
+  auto& latencies = out.total.latency_us;
+  std::sort(latencies.begin(), latencies.end());
+  const auto& st = streams.tally();
+  const double seconds = static_cast<double>(duration);
+  json line = {{"stalled", stalled},
+               {"stalled_opened", opened},
+               {"stalled_started", started},
+               {"stalled_pending_bytes", pending},
+               {"stalled_open_at_end", open_at_end},
+               {"rpcs", out.total.ok},
+               {"errors", out.total.errors},
+               {"timeouts", out.total.timeouts},
+               {"rps", round_to(static_cast<double>(out.total.ok) / seconds, 1)},
+               // null when no call succeeded (all failed or timed out)
+               {"p50_us", latencies.empty() ? json(nullptr) : json(percentile(latencies, 0.50))},
+               {"p99_us", latencies.empty() ? json(nullptr) : json(percentile(latencies, 0.99))},
+               {"stream_bytes", st.bytes},
+               {"mb_per_s", round_to(static_cast<double>(st.bytes) / 1e6 / seconds, 1)},
+               {"streams", st.ok},
+               {"stream_errors", st.errors},
+               {"stream_timeouts", st.timeouts},
+               {"concurrency", plan.concurrency},
+               {"deadline_ms", plan.deadline.count()},
+               {"message_bytes", message_bytes},
+               {"stalled_window", window},
+               {"duration_s", duration},
+               {"rss_before_kib", rss_before},
+               {"rss_settled_kib", rss_settled},
+               {"rss_max_kib", rss_max},
+               {"client_cpu_s", round_to(cpu_seconds_of_this_process() - cpu_before, 3)},
+               {"process_cpu_s", round_to(cpu_seconds_of_this_process(), 3)}};
+  if (!out.total.first_error.empty()) line["first_error"] = out.total.first_error;
+  if (!st.first_error.empty()) line["stream_first_error"] = st.first_error;
+  std::printf("%s\n", line.dump().c_str());
+  return 0;
+}
+
 // ------------------------------------------------------------- the h2load body
 
 /// Writes one gRPC-framed ConfigRequest (the 5-byte prefix: uncompressed flag and
@@ -529,6 +859,9 @@ int run_frame_config(cli_args& args) {
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
 //   {"kind":"replication", "replicas", "sessions", "errors", "open_s", "visible_s"}
 //   {"kind":"soak_sample", "t_s", "rss_kib"} and {"kind":"soak", "seconds", ...}
+//   {"kind":"stalled", "round":R, "stream_window_bytes", <stalled line>, <cpu fields>}
+//     one per N of BENCH_STALLED and round, on a fresh scg; "error" instead when
+//     scg-bench stalled itself failed
 // <cpu fields> are middle_cpu_s (scg, nginx's master and workers, or haproxy; 0 for
 // direct), fake_cpu_s, box_busy_s (all CPUs) and run_wall_s of the run, and
 // backend_config_calls: the Config calls the fake counted meanwhile (-1: unknown).
@@ -770,6 +1103,7 @@ struct raw_records {
        replication_delay = json::object(), sync = json::object(), soak = json::object();
   std::map<std::string, json> memory;  ///< by path
   std::vector<json> soak_samples;
+  std::vector<json> stalled;  ///< stalled-readers runs, every N and round
   std::vector<case_runs> cases;
 };
 
@@ -797,6 +1131,7 @@ std::optional<raw_records> read_raw(const std::string& raw_path) {
     else if (kind == "sync") out.sync = record;
     else if (kind == "soak") out.soak = record;
     else if (kind == "soak_sample") out.soak_samples.push_back(record);
+    else if (kind == "stalled") out.stalled.push_back(record);
     else if (kind == "memory" && record.contains("path")) out.memory[record.value("path", "")] = record;
     else if (kind == "memory")  // before the other paths existed
       out.memory["scg"] = {{"max_rss_kib", num(record, "scg_max_rss_kib")}, {"hwm_kib", num(record, "scg_hwm_kib")}};
@@ -857,6 +1192,22 @@ std::vector<std::string> check_runs(const raw_records& raw) {
     warnings.push_back(fixed(num(raw.replication, "errors"), 0) + " session opens failed in the replication run");
   if (!raw.replication.empty() && raw.replication.value("complete", true) == false)
     warnings.push_back("replication: the other replica never showed every binding within the time limit");
+  for (const auto& r : raw.stalled) {
+    const std::string where = "stalled readers N=" + fixed(num(r, "stalled"), 0) + " round " +
+                              std::to_string(r.value("round", 0)) + ": ";
+    if (r.contains("error")) {
+      warnings.push_back(where + r.value("error", ""));
+      continue;
+    }
+    const double unary_failed = num(r, "errors"), stream_failed = num(r, "stream_errors") + num(r, "stream_timeouts");
+    if (unary_failed > 0 || stream_failed > 0 || num(r, "stream_bytes") <= 0)
+      warnings.push_back(where + fixed(unary_failed, 0) + " unary calls failed (" + fixed(num(r, "timeouts"), 0) +
+                         " timed out), " + fixed(stream_failed, 0) + " streams failed, stream " +
+                         fixed(num(r, "mb_per_s"), 1) + " MB/s: the well-behaved clients starved");
+    if (num(r, "stalled_started") < num(r, "stalled"))
+      warnings.push_back(where + "only " + fixed(num(r, "stalled_started"), 0) + " of " + fixed(num(r, "stalled"), 0) +
+                         " stalled readers got their stream started");
+  }
   if (num(raw.meta, "quick") > 0) warnings.push_back("quick mode: a smoke test, too short to judge the aims");
   std::vector<double> foreign;
   for (const auto& c : raw.cases)
@@ -988,6 +1339,93 @@ std::pair<row, std::vector<row>> summary_table(const raw_records& raw, const jso
     scg_only("RSS per idle session KiB", fixed(report["sessions"].value("kib_per_session", 0.0), 2));
   if (report.contains("replication"))
     scg_only("replicated bindings/s", fixed(report["replication"].value("bindings_per_s", 0.0), 0));
+  return {header, rows};
+}
+
+/// The stalled-readers runs, one row per N: the well-behaved load and its
+/// ratio to N = 0 of the same round, and scg's RSS against the bound
+/// N x (stream window + one response message) + its RSS at N = 0.
+std::pair<row, std::vector<row>> stalled_table(const raw_records& raw, json& report) {
+  std::map<int64_t, std::map<int, json>> by_n;  // N -> round -> record
+  for (const auto& r : raw.stalled)
+    if (!r.contains("error")) by_n[static_cast<int64_t>(num(r, "stalled"))][r.value("round", 0)] = r;
+  const std::map<int, json>* base = by_n.count(0) ? &by_n[0] : nullptr;
+  const metric_fn rps = [](const json& r) { return num(r, "rps"); };
+  const metric_fn p99_ms = [](const json& r) {
+    return r.contains("p99_us") && r["p99_us"].is_number() ? num(r, "p99_us") / 1000 : not_measured;
+  };
+  const metric_fn mb_per_s = [](const json& r) { return num(r, "mb_per_s"); };
+  /// metric(N) / metric(0), round by round.
+  auto vs_base = [&](const std::map<int, json>& runs, const metric_fn& metric) {
+    std::vector<double> out;
+    if (!base) return out;
+    for (const auto& [round, r] : runs) {
+      auto b = base->find(round);
+      if (b == base->end()) continue;
+      const double v = metric(r), bv = metric(b->second);
+      if (bv > 0 && std::isfinite(bv) && std::isfinite(v)) out.push_back(v / bv);
+    }
+    return out;
+  };
+  const row header = {"stalled readers", "unary rps", "× N=0", "unary p99 ms", "× N=0", "unary failed (timed out)",
+                      "stream MB/s", "× N=0", "streams done / failed", "scg RSS max", "bound", "RSS",
+                      "stalled started / open at end"};
+  std::vector<row> rows;
+  report["stalled"] = json::array();
+  for (const auto& [n, runs] : by_n) {
+    const auto s_rps = spread_of(values(&runs, rps)), s_p99 = spread_of(values(&runs, p99_ms)),
+               s_mbs = spread_of(values(&runs, mb_per_s));
+    const auto r_rps = spread_of(vs_base(runs, rps)), r_p99 = spread_of(vs_base(runs, p99_ms)),
+               r_mbs = spread_of(vs_base(runs, mb_per_s));
+    double unary_failed = 0, timeouts = 0, streams_done = 0, stream_failed = 0;
+    double started = num(runs.begin()->second, "stalled"), open_at_end = started;
+    // The round whose RSS is highest, with its own bound; within only if every round is.
+    double rss_max = 0, bound_at_max = not_measured;
+    bool within = true, bound_known = base != nullptr;
+    for (const auto& [round, r] : runs) {
+      unary_failed += num(r, "errors");
+      timeouts += num(r, "timeouts");
+      streams_done += num(r, "streams");
+      stream_failed += num(r, "stream_errors") + num(r, "stream_timeouts");
+      started = std::min(started, num(r, "stalled_started"));
+      open_at_end = std::min(open_at_end, num(r, "stalled_open_at_end"));
+      const double window = r.contains("stream_window_bytes") ? num(r, "stream_window_bytes") : double(4 << 20);
+      const double rss = num(r, "rss_max_kib") / 1024;
+      double bound = not_measured;
+      if (base && base->count(round))
+        bound = static_cast<double>(n) * (window + num(r, "message_bytes")) / 1048576 +
+                num(base->at(round), "rss_max_kib") / 1024;
+      else
+        bound_known = false;
+      if (std::isfinite(bound) && rss > bound) within = false;
+      if (rss >= rss_max) rss_max = rss, bound_at_max = bound;
+    }
+    const std::string verdict = !bound_known ? "–" : within ? "within" : "OVER";
+    report["stalled"].push_back({{"stalled", n},
+                                 {"rounds", runs.size()},
+                                 {"rps", to_json(s_rps, 1)},
+                                 {"rps_vs_0", to_json(r_rps, 3)},
+                                 {"p99_ms", to_json(s_p99, 2)},
+                                 {"p99_vs_0", to_json(r_p99, 3)},
+                                 {"unary_failed", unary_failed},
+                                 {"unary_timeouts", timeouts},
+                                 {"mb_per_s", to_json(s_mbs, 1)},
+                                 {"mb_per_s_vs_0", to_json(r_mbs, 3)},
+                                 {"streams_done", streams_done},
+                                 {"streams_failed", stream_failed},
+                                 {"rss_max_mib", round_to(rss_max, 1)},
+                                 {"rss_bound_mib", std::isfinite(bound_at_max) ? json(round_to(bound_at_max, 1))
+                                                                               : json(nullptr)},
+                                 {"rss_within_bound", bound_known ? json(within) : json(nullptr)},
+                                 {"stalled_started", started},
+                                 {"stalled_open_at_end", open_at_end}});
+    rows.push_back({"N=" + std::to_string(n), show(s_rps, 0), n ? show(r_rps, 2) : "",
+                    s_p99.n ? show(s_p99, 1) : "none OK", n ? show(r_p99, 2) : "",
+                    fixed(unary_failed, 0) + " (" + fixed(timeouts, 0) + ")", show(s_mbs, 0), n ? show(r_mbs, 2) : "",
+                    fixed(streams_done, 0) + " / " + fixed(stream_failed, 0), fixed(rss_max, 1) + " MiB",
+                    std::isfinite(bound_at_max) && n ? fixed(bound_at_max, 1) + " MiB" : "", n ? verdict : "baseline",
+                    n ? fixed(started, 0) + " / " + fixed(open_at_end, 0) : ""});
+  }
   return {header, rows};
 }
 
@@ -1158,6 +1596,7 @@ int run_report(cli_args& args) {
   }
   if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
   if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
+  if (!raw.stalled.empty()) tables.push_back(stalled_table(raw, report));
 
   // The aims.
   std::optional<double> unary32_ratio, stream_ratio, rss_mib;
@@ -1277,6 +1716,7 @@ int main(int argc, char** argv) {
   if (command == "unary") return run_unary(args);
   if (command == "stream") return run_stream(args);
   if (command == "sessions") return run_sessions(args);
+  if (command == "stalled") return run_stalled(args);
   if (command == "frame-config") return run_frame_config(args);
   if (command == "report") return run_report(args);
   std::fprintf(stderr, "scg-bench: unknown command %s\n%s", command.c_str(), usage);
