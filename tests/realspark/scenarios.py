@@ -616,7 +616,10 @@ def health_probe_quiet():
 def driver_pause():
     """A driver frozen for 35 s (SIGSTOP, as a long full GC) with
     on_backend_lost.after_secs 60: its session is not rebound and finds its
-    state after the pause; new sessions meanwhile go to the other server."""
+    state after the pause; new sessions meanwhile go to the other server. A
+    query in flight has its stream cut by scg's keepalive (UNAVAILABLE after
+    about 18 s of silence); PySpark reattaches until the driver is back and
+    gets its row."""
     token, backends = servers("spark43a")
     work = lab.workdir("pause")
     frozen = lab.start_spark("frozen", "4.3", work, token)
@@ -633,6 +636,17 @@ def driver_pause():
             s = c
             break
     check(s is not None, "a session on the server to freeze")
+    in_flight = {}
+
+    def query():
+        try:
+            in_flight["rows"] = s.sql(sleep_sql(4000)).collect()
+        except Exception as e:  # noqa: BLE001 - reported by the check below
+            in_flight["error"] = repr(e)
+
+    runner = threading.Thread(target=query, daemon=True)
+    runner.start()
+    time.sleep(1.5)  # the query runs on the driver, its stream open through scg
     lab.kill_tree(frozen["pid"], signal.SIGSTOP)
     try:
         time.sleep(5)
@@ -644,6 +658,11 @@ def driver_pause():
     finally:
         lab.kill_tree(frozen["pid"], signal.SIGCONT)
     check(scg.metric("scg_router_rebinds_total") == 0, "nothing was rebound during the 35 s pause")
+    runner.join(120)
+    rows = in_flight.get("rows")
+    check(rows is not None and rows[0].answer == 42,
+          f"the query in flight during the pause returned its row ({in_flight.get('error', 'ok')})")
+    check(scg.metric("scg_keepalive_backend_timeouts_total") >= 1, "scg's keepalive cut its silent stream")
     check(s.sql("select w from keep").collect()[0].w == "still here", "after the pause the session has its state")
     lab.kill_tree(frozen["pid"])
 
