@@ -56,6 +56,8 @@ namespace scg::core {
   X(conn_accept_errors_total, "accept() failures (EMFILE, ENFILE, ENOMEM...); the accept loop pauses 100 ms") \
   X(conn_handshake_timeouts_total, "Client connections closed: no TLS handshake or HTTP/2 preface within limits.handshake_timeout_secs") \
   X(conn_idle_closed_total, "Client connections told to go away after limits.idle_connection_secs without streams") \
+  X(keepalive_client_pings_total, "Keepalive PINGs sent on quiet client connections")         \
+  X(keepalive_backend_pings_total, "Keepalive PINGs sent on quiet backend connections with calls open") \
   X(keepalive_client_timeouts_total, "Client connections closed: a keepalive PING went unanswered for keepalive.timeout_secs") \
   X(keepalive_backend_timeouts_total, "Backend connections closed, their calls UNAVAILABLE: a keepalive PING went unanswered") \
   X(forward_first_message_timeouts_total, "Calls ended DEADLINE_EXCEEDED: the first request message took over limits.first_message_secs") \

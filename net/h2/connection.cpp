@@ -208,6 +208,8 @@ bool connection::keepalive_tick(steady_time now, bool has_calls, const char* pee
   switch (keepalive_step(alive_, keepalive_, now, has_calls)) {
     case keepalive_action::none: return true;
     case keepalive_action::ping:
+      core::bump(keepalive_.toward_server ? core::global_metrics().keepalive_backend_pings_total
+                                          : core::global_metrics().keepalive_client_pings_total);
       nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
       dirty();
       return true;

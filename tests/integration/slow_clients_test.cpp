@@ -417,7 +417,7 @@ TEST_CASE("a call quiet for many keepalive intervals stays within a gRPC server'
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 30s);
   ctx.AddMetadata("x-fake-responses", "2");
-  ctx.AddMetadata("x-fake-delay-ms", "9000");  // 9 quiet seconds: 9 chances to PING
+  ctx.AddMetadata("x-fake-delay-ms", "9000");  // 9 quiet seconds before each: 9 chances to PING
   sc::ExecutePlanRequest req;
   req.set_session_id("patient");
   *req.mutable_user_context() = user("patient");
@@ -431,6 +431,11 @@ TEST_CASE("a call quiet for many keepalive intervals stays within a gRPC server'
   CHECK(st.ok());
   CHECK(n >= 2);  // two results (and result_complete)
   CHECK(metric_value(gw.admin_port, "scg_keepalive_backend_timeouts_total") == 0);
+  // The backend was PINGed (the test means something), within its policy:
+  // 2 in each of the two 9 s silences (before each response).
+  const long pings = metric_value(gw.admin_port, "scg_keepalive_backend_pings_total");
+  CHECK(pings >= 2);
+  CHECK(pings <= 4);
 }
 
 namespace {

@@ -613,6 +613,40 @@ def health_probe_quiet():
 
 
 @scenario
+def quiet_stream():
+    """A query quiet for 20 s: Spark's default stream duration (2 min, so no
+    cut), no progress reports and no server PINGs (both on by default in
+    4.3, and each would break the silence). scg's keepalive PINGs it after
+    2 s of silence, within grpc-java's policy (Spark 4.3 permits a PING
+    every 10 s, counted from the connection's start too; the third strike
+    closes the connection with its calls, too_many_pings): 2 PINGs, then
+    none; the connection stays and the query returns its row."""
+    token, _ = servers("spark43a")
+    work = lab.workdir("quiet")
+    server = lab.start_spark("quiet", "4.3", work, token,
+                             conf={"spark.connect.execute.reattachable.senderMaxStreamDuration": "120s",
+                                   "spark.connect.progress.reportInterval": "-1",
+                                   "spark.connect.grpc.keepAlive.enabled": "false"})
+    lab.wait_spark_ready(server)
+    try:
+        scg = lab.Scg(lab.base_config([server], token, keepalive={"interval_secs": 2, "timeout_secs": 2}), work)
+        s = connect(scg.url())
+        rows = s.sql(sleep_sql(20000)).collect()
+        check(rows[0].answer == 42, "the 20 s query returned its row")
+        pings = scg.metric("scg_keepalive_backend_pings_total")
+        check(pings >= 2, f"scg PINGed the quiet server ({pings:.0f} PINGs in 20 s)")
+        check(scg.metric("scg_keepalive_backend_timeouts_total") == 0, "and every PING was answered")
+        check(scg.metric("scg_forward_backend_unavailable_total") == 0,
+              "the server never closed the connection under the query (too_many_pings)")
+        log = lab.warn_error_lines(server["log"], 0)
+        check(not [line for line in log if "too_many_pings" in line or "Too many pings" in line],
+              "the server never saw too many PINGs")
+        s.stop()
+    finally:
+        lab.kill_tree(server["pid"])
+
+
+@scenario
 def driver_pause():
     """A driver frozen for 35 s (SIGSTOP, as a long full GC) with
     on_backend_lost.after_secs 60: its session is not rebound and finds its
