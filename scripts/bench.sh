@@ -10,13 +10,19 @@
 #   BENCH_QUICK=1 scripts/bench.sh          smoke test (under 2 minutes), every path and workload
 #   BENCH_SOAK_SECS=600 scripts/bench.sh soak
 #                                           steady unary + stream load through scg, RSS every 10 s
+#   BENCH_SCG_BEFORE=/tmp/scg-old/build/scg BENCH_WORKLOADS="unary stream" scripts/bench.sh
+#                                           before/after figures of a change in one run: the
+#                                           path "before" is that older scg binary
 #
 # Settings (environment): BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_WARMUP_SECS,
 # BENCH_STREAM_BYTES, BENCH_MESSAGE_BYTES, BENCH_STREAM_REPEATS (stream samples per
 # path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS (0: no cluster phase),
 # BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
-# BENCH_PATHS (default "direct scg nginx haproxy"), BENCH_WORKLOADS (default
+# BENCH_PATHS (default "direct scg nginx haproxy"; "direct scg before nginx haproxy"
+# with BENCH_SCG_BEFORE), BENCH_SCG_BEFORE (another scg binary: the path "before",
+# started like scg with the same YAML in front of the same fake, on its own ports,
+# for the unary, h2load and stream workloads), BENCH_WORKLOADS (default
 # "unary h2load stream stalled"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
 # (unary, default "1 32 256"), BENCH_STALLED (the stalled readers' counts, default
 # "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
@@ -27,6 +33,8 @@
 # mean: docs/performance.md.
 set -euo pipefail
 
+# BENCH_SCG_BEFORE is relative to where the script was started.
+SCG_BEFORE=${BENCH_SCG_BEFORE:+$(realpath -m -- "$BENCH_SCG_BEFORE")}
 cd "$(dirname "$0")/.."
 BUILD=${BENCH_BUILD_DIR:-build}
 MODE=${1:-bench}
@@ -53,7 +61,9 @@ REPL_RATE=${BENCH_REPL_RATE:-1000}
 REPL_RATE_SECS=${BENCH_REPL_RATE_SECS:-${defaults[8]}}
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
-read -r -a PATHS <<<"${BENCH_PATHS:-direct scg nginx haproxy}"
+default_paths="direct scg nginx haproxy"
+[[ -n $SCG_BEFORE ]] && default_paths="direct scg before nginx haproxy"
+read -r -a PATHS <<<"${BENCH_PATHS:-$default_paths}"
 read -r -a WORKLOADS <<<"${BENCH_WORKLOADS:-unary h2load stream stalled}"
 read -r -a UNARY_CONCURRENCIES <<<"${BENCH_CONCURRENCIES:-1 32 256}"
 read -r -a STALLED <<<"${BENCH_STALLED:-0 16 64}"
@@ -78,7 +88,8 @@ done
 ((REPL_RATE >= 1 && REPL_RATE_SECS >= 1)) || die "BENCH_REPL_RATE and BENCH_REPL_RATE_SECS must be at least 1"
 ((SOAK_SECS >= 20)) || die "BENCH_SOAK_SECS must be at least 20"
 for path in "${PATHS[@]}"; do
-  [[ $path =~ ^(direct|scg|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
+  [[ $path =~ ^(direct|scg|before|nginx|haproxy)$ ]] || die "BENCH_PATHS: unknown path '$path'"
+  [[ $path != before || -n $SCG_BEFORE ]] || die "BENCH_PATHS: the path 'before' needs BENCH_SCG_BEFORE"
 done
 for workload in "${WORKLOADS[@]}"; do
   [[ $workload =~ ^(unary|h2load|stream|stalled)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
@@ -118,11 +129,17 @@ else
   log "building scg, scg-fake-spark and scg-bench in $BUILD"
   cmake --build "$BUILD" -j2 --target scg scg-fake-spark scg-bench >&2
 fi
+[[ -z $SCG_BEFORE || -x $SCG_BEFORE ]] || die "BENCH_SCG_BEFORE: no executable $SCG_BEFORE"
 
 # Others may rebuild scg while this runs: name the source and binary measured.
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && REV="$REV+dirty"
 SCG_BINARY=$(sha256sum "$BUILD/scg" | cut -c1-12)
+SCG_BEFORE_BINARY=""
+if [[ -n $SCG_BEFORE ]]; then
+  SCG_BEFORE_BINARY=$(sha256sum "$SCG_BEFORE" | cut -c1-12)
+  [[ $SCG_BEFORE_BINARY != "$SCG_BINARY" ]] || log "WARNING: BENCH_SCG_BEFORE is the same binary as $BUILD/scg"
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scg-bench.XXXXXX")
 RAW=$WORK/raw.jsonl
@@ -223,9 +240,10 @@ start_fake() {
   [[ -n $FAKE_PORT && -n $FAKE_UI_PORT ]] || die "unreadable $WORK/fake.ports"
 }
 
-# start_scg TAG [YAML...]: an scg in front of the fake, with extra YAML lines (a
-# cluster: block). Sets STARTED_PID and STARTED_{GRPC,ADMIN,CLUSTER}_PORT; does not
-# wait for routing (a cluster replica routes only once its peers are up).
+# start_scg TAG [YAML...]: an scg ($SCG_EXE, default $BUILD/scg) in front of the
+# fake, with extra YAML lines (a cluster: block). Sets STARTED_PID and
+# STARTED_{GRPC,ADMIN,CLUSTER}_PORT; does not wait for routing (a cluster replica
+# routes only once its peers are up).
 start_scg() {
   local tag=$1
   shift
@@ -239,7 +257,7 @@ logging: { level: warn }
 EOF
     printf '%s\n' "$@"
   } >"$WORK/$tag.yaml"
-  "$BUILD/scg" --config "$WORK/$tag.yaml" --port-file "$WORK/$tag.ports" >"$WORK/$tag.log" 2>&1 &
+  "${SCG_EXE:-$BUILD/scg}" --config "$WORK/$tag.yaml" --port-file "$WORK/$tag.ports" >"$WORK/$tag.log" 2>&1 &
   STARTED_PID=$!
   CHILDREN+=("$STARTED_PID")
   wait_port_file "$WORK/$tag.ports" "$STARTED_PID" "$WORK/$tag.log"
@@ -254,6 +272,14 @@ start_gateway() {
   start_scg "$1"
   SCG_PID=$STARTED_PID SCG_PORT=$STARTED_GRPC_PORT
   wait_routes "$SCG_PORT" "$SCG_PID" "$WORK/$1.log" scg
+}
+
+# start_before: the BENCH_SCG_BEFORE binary, started as start_gateway starts scg.
+# Sets BEFORE_PID, BEFORE_PORT.
+start_before() {
+  SCG_EXE=$SCG_BEFORE start_scg before
+  BEFORE_PID=$STARTED_PID BEFORE_PORT=$STARTED_GRPC_PORT
+  wait_routes "$BEFORE_PORT" "$BEFORE_PID" "$WORK/before.log" "scg (before)"
 }
 
 # nginx as gRPC proxy, tuned as PERFORMANCE-NOTES.md "A fair nginx" says. Its
@@ -373,6 +399,7 @@ proc_ticks() {
 middle_pids() {
   case $1 in
     scg) echo "$SCG_PID" ;;
+    before) echo "$BEFORE_PID" ;;
     nginx) echo "${NGINX_PIDS[*]}" ;;
     haproxy) echo "$HAPROXY_PID" ;;
   esac
@@ -389,6 +416,7 @@ path_port() {
   case $1 in
     direct) echo "$FAKE_PORT" ;;
     scg) echo "$SCG_PORT" ;;
+    before) echo "$BEFORE_PORT" ;;
     nginx) echo "$NGINX_PORT" ;;
     haproxy) echo "$HAPROXY_PORT" ;;
   esac
@@ -529,6 +557,10 @@ start_servers() {
   start_fake
   start_gateway scg
   log "fake on 127.0.0.1:$FAKE_PORT (pid $FAKE_PID), scg on 127.0.0.1:$SCG_PORT (pid $SCG_PID)"
+  if path_selected before; then
+    start_before
+    log "before ($SCG_BEFORE, $SCG_BEFORE_BINARY) on 127.0.0.1:$BEFORE_PORT (pid $BEFORE_PID)"
+  fi
   [[ " ${PATHS[*]} " == *" nginx "* ]] && start_nginx
   [[ " ${PATHS[*]} " == *" haproxy "* ]] && start_haproxy
   return 0
@@ -891,7 +923,7 @@ tool_version() {
 }
 
 write_meta() {
-  local build_type allocator cpu_model end_binary
+  local build_type allocator cpu_model end_binary before_field=""
   end_binary=$(sha256sum "$BUILD/scg" | cut -c1-12)
   [[ $end_binary == "$SCG_BINARY" ]] ||
     log "WARNING: $BUILD/scg changed during the run ($SCG_BINARY -> $end_binary); later phases may have run the new one"
@@ -899,8 +931,9 @@ write_meta() {
   allocator=glibc
   [[ $(ldd "$BUILD/scg" 2>/dev/null) == *jemalloc* ]] && allocator=jemalloc
   cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-  printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s","cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s","stalled":"%s","workloads":"%s"}\n' \
-    "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((${BENCH_QUICK:-0} == 1))" "$REV" "$build_type" "$allocator" "$SCG_BINARY" "$end_binary" \
+  [[ -n $SCG_BEFORE ]] && before_field=",\"scg_before_sha256\":\"$SCG_BEFORE_BINARY\""
+  printf '{"kind":"meta","mode":"%s","date":"%s","quick":%d,"git":"%s","build_type":"%s","scg_allocator":"%s","scg_sha256":"%s","scg_sha256_at_end":"%s"%s,"cpu":"%s","cpus":%d,"kernel":"%s","loadavg_before":"%s","loadavg_after":"%s","paths":"%s","rounds":%d,"stream_repeats":%d,"unary_secs":%d,"warmup_secs":%d,"stream_bytes":%d,"message_bytes":%d,"sessions":%d,"repl_sessions":%d,"replicas":%d,"h2load_concurrency":%d,"nginx":"%s","nginx_workers":"auto (%d)","haproxy":"%s","haproxy_threads":2,"h2load":"%s","stalled":"%s","workloads":"%s"}\n' \
+    "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((${BENCH_QUICK:-0} == 1))" "$REV" "$build_type" "$allocator" "$SCG_BINARY" "$end_binary" "$before_field" \
     "${cpu_model//\"/}" "$(nproc)" "$(uname -r)" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" "${PATHS[*]}" \
     "$ROUNDS" "$STREAM_REPEATS" "$UNARY_SECS" "$WARMUP_SECS" "$STREAM_BYTES" "$MESSAGE_BYTES" "$SESSIONS" \
     "$REPL_SESSIONS" "$REPLICAS" "$H2LOAD_CONCURRENCY" "$(tool_version nginx)" "$(nproc)" \

@@ -193,6 +193,7 @@ TEST_CASE("silent connections are closed after limits.handshake_timeout_secs and
   // The soft and hard limit most services get: scg cannot raise it.
   auto gw = start_gateway(dir, gateway_yaml({&fake}, "limits: { handshake_timeout_secs: 3 }\n"), "scg",
                           {"/usr/bin/prlimit", "--nofile=1024:1024"});
+  const long baseline_kib = gw.proc.rss_kib();
   std::vector<std::unique_ptr<rh::connection>> silent;
   good_client g;
   std::thread flood([&] {
@@ -205,6 +206,8 @@ TEST_CASE("silent connections are closed after limits.handshake_timeout_secs and
   g.run(gw.grpc_port, 60, true);  // a new connection for every call, while the flood goes on
   flood.join();
   check_good(g, 1000);
+  INFO("scg grew " << (gw.proc.rss_kib() - baseline_kib) / 1024 << " MiB with " << silent.size() << " silent connections");
+  CHECK(gw.proc.rss_kib() - baseline_kib < 64 * 1024);
   CHECK(metric_value(gw.admin_port, "scg_conn_evicted_total") > 0);
   // The silent ones go after 3 s (4 s with the tick); none is left after 6.
   REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") <= 2; }, 8s));
@@ -296,6 +299,9 @@ TEST_CASE("a request whose first message does not come within limits.first_messa
                                    false)));
   REQUIRE(c.send(rh::data_frame(1, std::string("\0\0\0", 3), false)));
   const auto t0 = std::chrono::steady_clock::now();
+  good_client g;
+  g.run(gw.grpc_port, 20);  // meanwhile, on another connection
+  check_good(g, 500);
   std::optional<rh::frame_in> end;
   for (int i = 0; i < 20 && !end; ++i) {
     auto f = c.read_until(rh::frame_type::headers, 6s, 1u);
@@ -569,4 +575,25 @@ TEST_CASE("an upload to a backend that stops reading holds its stream window in 
   CHECK(grown_kib < 4 * 4096 + 48 * 1024);
   for (auto& u : uploads) u->ctx.TryCancel();  // the senders' writes fail and they end
   for (auto& t : senders) t.join();
+}
+
+TEST_CASE("a TLS handshake that never comes is cut at limits.handshake_timeout_secs", "[integration][hardening]") {
+  temp_dir dir;
+  const std::string d = dir.path();
+  REQUIRE(sh("cd " + d + " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2"
+                         " -keyout server.key -out server.pem -subj /CN=127.0.0.1"));
+  auto fake = start_fake(dir, "fake-a");
+  auto gw = start_gateway(dir, gateway_yaml({&fake}, "tls: { cert_file: \"" + dir.file("server.pem") +
+                                                         "\", key_file: \"" + dir.file("server.key") +
+                                                         "\" }\nlimits: { handshake_timeout_secs: 2 }\n"));
+  std::vector<std::unique_ptr<rh::connection>> silent;
+  for (int i = 0; i < 50; ++i) silent.push_back(std::make_unique<rh::connection>(gw.grpc_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(eventually([&] {
+    for (auto& c : silent) c->drain();
+    return std::all_of(silent.begin(), silent.end(), [](const auto& c) { return c->peer_closed(); });
+  }, 6s));
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1500ms);
+  CHECK(metric_value(gw.admin_port, "scg_conn_handshake_timeouts_total") == 50);
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") == 0; }, 2s));
 }

@@ -851,9 +851,10 @@ int run_frame_config(cli_args& args) {
 // bench.sh appends one JSON object per line to a raw file:
 //   {"kind":"meta", ...}                       the machine and the settings
 //   {"kind":"unary"|"h2load"|"stream","case":C,"path":P,"round":R, <load line>, <cpu fields>}
-//     P is direct, scg, nginx or haproxy; for streams R numbers samples (several per
-//     round). h2load lines carry rps, p50_us, p99_us, rpcs (h2load's "succeeded"),
-//     errors, rpcs_total, started, and client_cpu_s (h2load's CPU, from bash's `times`).
+//     P is direct, scg, before (BENCH_SCG_BEFORE's scg), nginx or haproxy; for streams
+//     R numbers samples (several per round). h2load lines carry rps, p50_us, p99_us,
+//     rpcs (h2load's "succeeded"), errors, rpcs_total, started, and client_cpu_s
+//     (h2load's CPU, from bash's `times`).
 //   {"kind":"idle", "scg_idle_cores":..., "seconds":...}   scg's CPU before any load
 //   {"kind":"memory", "path":P, "max_rss_kib":..., "hwm_kib":...}   a middle box under load
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
@@ -862,7 +863,7 @@ int run_frame_config(cli_args& args) {
 //   {"kind":"stalled", "round":R, "stream_window_bytes", <stalled line>, <cpu fields>}
 //     one per N of BENCH_STALLED and round, on a fresh scg; "error" instead when
 //     scg-bench stalled itself failed
-// <cpu fields> are middle_cpu_s (scg, nginx's master and workers, or haproxy; 0 for
+// <cpu fields> are middle_cpu_s (scg, before, nginx's master and workers, or haproxy; 0 for
 // direct), fake_cpu_s, box_busy_s (all CPUs) and run_wall_s of the run, and
 // backend_config_calls: the Config calls the fake counted meanwhile (-1: unknown).
 // Older raw files (scg_cpu_s, scg_max_rss_kib) are read too.
@@ -915,10 +916,12 @@ double num(const json& record, const char* key) {
   return it != record.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-const std::vector<std::string> path_order = {"direct", "scg", "nginx", "haproxy"};
+/// `before` is an older scg binary (BENCH_SCG_BEFORE), only in runs that had it.
+const std::vector<std::string> path_order = {"direct", "scg", "before", "nginx", "haproxy"};
 /// The ratios the report shows, numerator first; each is paired per round.
 const std::vector<std::pair<std::string, std::string>> ratio_pairs = {
-    {"scg", "direct"}, {"scg", "nginx"}, {"scg", "haproxy"}, {"nginx", "direct"}, {"haproxy", "direct"}};
+    {"scg", "direct"}, {"scg", "before"}, {"scg", "nginx"},
+    {"scg", "haproxy"}, {"nginx", "direct"}, {"haproxy", "direct"}};
 
 /// The runs of one case: path -> round -> record.
 struct case_runs {
@@ -1285,19 +1288,27 @@ std::pair<row, std::vector<row>> detail_table(const raw_records& raw, json& case
   return {header, rows};
 }
 
-/// One line per workload and resource: the four paths' medians and the ratios.
+/// One line per workload and resource: every path's medians and the ratios
+/// (`before` and its ratio only when the run had that path).
 std::pair<row, std::vector<row>> summary_table(const raw_records& raw, const json& report) {
-  row header = {"workload"};
-  for (const auto& p : path_order) header.push_back(p);
+  const bool before = raw.memory.count("before") ||
+                      std::any_of(raw.cases.begin(), raw.cases.end(),
+                                  [](const case_runs& c) { return c.runs("before") != nullptr; });
+  std::vector<std::string> paths;
+  for (const auto& p : path_order)
+    if (p != "before" || before) paths.push_back(p);
+  std::vector<std::pair<std::string, std::string>> pairs;
   for (const auto& [a, b] : ratio_pairs)
-    if (!(a == "haproxy" && b == "direct")) header.push_back(a + "/" + b);
+    if (!(a == "haproxy" && b == "direct") && (b != "before" || before)) pairs.emplace_back(a, b);
+  row header = {"workload"};
+  for (const auto& p : paths) header.push_back(p);
+  for (const auto& [a, b] : pairs) header.push_back(a + "/" + b);
   std::vector<row> rows;
   auto add = [&](const std::string& label, const std::function<std::string(const std::string&)>& at,
                  const std::function<std::string(const std::string&, const std::string&)>& ratio) {
     row r = {label};
-    for (const auto& p : path_order) r.push_back(at(p));
-    for (const auto& [a, b] : ratio_pairs)
-      if (!(a == "haproxy" && b == "direct")) r.push_back(ratio(a, b));
+    for (const auto& p : paths) r.push_back(at(p));
+    for (const auto& [a, b] : pairs) r.push_back(ratio(a, b));
     rows.push_back(r);
   };
   for (const auto& c : raw.cases) {
@@ -1687,7 +1698,10 @@ int run_report(cli_args& args) {
     for (const auto& [key, value] : raw.meta.items())
       out << "- " << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump()) << "\n";
     out << "\nMedians over rounds (streams: over all samples), (min–max) in brackets; ratios are paired "
-           "per round or sample. Middle-box CPU is scg, nginx (master + workers) or haproxy.\n\n";
+           "per round or sample. Middle-box CPU is scg, nginx (master + workers) or haproxy.";
+    if (raw.meta.contains("scg_before_sha256"))
+      out << " `before` is BENCH_SCG_BEFORE's scg binary (scg_before_sha256), started as scg.";
+    out << "\n\n";
     for (const auto& [header, rows] : tables) out << markdown_table(header, rows) << "\n";
     for (const auto& w : warnings) out << "\n**Warning:** " << w << "\n";
     if (!out) {
