@@ -220,9 +220,9 @@ bool connection::keepalive_tick(steady_time now, bool has_calls, const char* pee
                      : core::global_metrics().keepalive_client_timeouts_total);
   static core::log_throttle throttled[2];
   if (auto held = throttled[backend].pass(); held >= 0)
-    net_log().warn("keepalive_timeout peer={} {}={} timeout={} suppressed={}", peer(), peer_kind,
+    net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind,
                    backend ? static_cast<upstream_connection*>(this)->address() : std::string("client"),
-                   secs(keepalive_.timeout), held);
+                   keepalive_.timeout.count(), held);
   close("no answer to a keepalive PING within " + secs(keepalive_.timeout) + " (keepalive.timeout_secs)");
   return false;
 }
@@ -479,7 +479,7 @@ void downstream_connection::tick(steady_time now) {
     core::bump(m.conn_handshake_timeouts_total);
     static core::log_throttle throttle;
     if (auto held = throttle.pass(); held >= 0)
-      net_log().info("handshake_timeout peer={} timeout={} suppressed={}", peer(), secs(tune_.handshake_timeout),
+      net_log().info("handshake_timeout peer={} timeout_ms={} suppressed={}", peer(), tune_.handshake_timeout.count(),
                      held);
     return close("no HTTP/2 preface within " + secs(tune_.handshake_timeout) + " (limits.handshake_timeout_secs)");
   }
@@ -490,7 +490,7 @@ void downstream_connection::tick(steady_time now) {
   }
   if (streams_.empty() && tune_.idle_timeout.count() > 0 && now - idle_since_ >= tune_.idle_timeout) {
     core::bump(m.conn_idle_closed_total);
-    net_log().debug("idle_connection_closed peer={} idle={}", peer(), secs(tune_.idle_timeout));
+    net_log().debug("idle_connection_closed peer={} idle_ms={}", peer(), tune_.idle_timeout.count());
     goaway_sent_ = now;
     nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);  // GOAWAY, then the session ends
     dirty();
