@@ -382,23 +382,13 @@ void connection::write_done() {
 
 downstream_connection::downstream_connection(worker& w, asio::ip::tcp::socket s, const call_factory& make,
                                              const tuning& t)
-    : connection(w, std::move(s)),
-      make_(make),
-      max_header_bytes_(t.max_header_bytes),
-      tune_(t),
-      born_(std::chrono::steady_clock::now()),
-      idle_since_(born_) {
+    : connection(w, std::move(s)), make_(make), tune_(t) {
   init(t);
 }
 
 downstream_connection::downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make,
                                              const tuning& t)
-    : connection(w, std::move(s)),
-      make_(make),
-      max_header_bytes_(t.max_header_bytes),
-      tune_(t),
-      born_(std::chrono::steady_clock::now()),
-      idle_since_(born_) {
+    : connection(w, std::move(s)), make_(make), tune_(t) {
   init(t);
 }
 
@@ -526,7 +516,7 @@ int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* fram
   auto* c = self->find(frame->hd.stream_id);
   if (!c) return 0;
   self->header_bytes_ += namelen + valuelen + 32;
-  if (self->header_bytes_ > self->max_header_bytes_) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+  if (self->header_bytes_ > self->tune_.max_header_bytes) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
   c->on_request_header(sv(name, namelen), sv(value, valuelen));
   return 0;
 }

@@ -75,12 +75,11 @@ class downstream_connection final : public connection {
   static int on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code, void* user);
 
   call_factory make_;
-  std::uint32_t max_header_bytes_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
   std::size_t header_bytes_ = 0;  // of the header block being received (blocks never interleave)
   const tuning& tune_;
-  const steady_time born_;
-  steady_time idle_since_;        // when its last stream closed (or it opened)
+  const steady_time born_ = std::chrono::steady_clock::now();
+  steady_time idle_since_ = born_;  // when its last stream closed (or it opened)
   bool preface_done_ = false;
   std::optional<steady_time> goaway_sent_;  // idle: told to go away, closed soon after
 };

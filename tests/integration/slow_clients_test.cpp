@@ -135,6 +135,36 @@ double cpu_secs(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+/// What a quiet ExecutePlan saw: its status, how long it took, the responses.
+struct quiet_result {
+  grpc::Status status;
+  std::chrono::milliseconds took;
+  int responses = 0;
+};
+
+/// An ExecutePlan through `port` whose backend sends `responses` results,
+/// `delay_ms` apart (the first too): a call that stays quiet between them.
+quiet_result quiet_execute(int port, const std::string& session, std::chrono::seconds deadline,
+                           int responses = 3, int delay_ms = 2000, const std::string& host = "127.0.0.1") {
+  auto stub = stub_to(port, host);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  ctx.AddMetadata("x-fake-responses", std::to_string(responses));
+  ctx.AddMetadata("x-fake-delay-ms", std::to_string(delay_ms));
+  sc::ExecutePlanRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user("quiet");
+  req.set_plan("plan");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reader = stub->ExecutePlan(&ctx, req);
+  sc::ExecutePlanResponse resp;
+  quiet_result r;
+  while (reader->Read(&resp) && r.responses < 10) ++r.responses;
+  r.status = reader->Finish();
+  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("stalled readers hold back no other call, and scg holds at most their stream windows",
@@ -269,22 +299,9 @@ TEST_CASE("a client connection without streams is told to go away after limits.i
   CHECK(metric_value(gw.admin_port, "scg_conn_idle_closed_total") >= 1);
 
   // A call quiet for 5 s (longer than the idle limit) on its own connection: it ends OK.
-  auto stub = stub_to(gw.grpc_port);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  ctx.AddMetadata("x-fake-responses", "2");
-  ctx.AddMetadata("x-fake-delay-ms", "5000");
-  sc::ExecutePlanRequest req;
-  req.set_session_id("quiet");
-  *req.mutable_user_context() = user("quiet");
-  req.set_plan("plan");
-  auto reader = stub->ExecutePlan(&ctx, req);
-  sc::ExecutePlanResponse resp;
-  int n = 0;
-  while (reader->Read(&resp) && n < 10) ++n;
-  auto st = reader->Finish();
-  INFO(st.error_message());
-  CHECK(st.ok());
+  auto r = quiet_execute(gw.grpc_port, "quiet", 20s, 2, 5000);
+  INFO(r.status.error_message());
+  CHECK(r.status.ok());
 }
 
 TEST_CASE("a request whose first message does not come within limits.first_message_secs ends DEADLINE_EXCEEDED",
@@ -316,33 +333,6 @@ TEST_CASE("a request whose first message does not come within limits.first_messa
   CHECK(metric_value(gw.admin_port, "scg_forward_rpcs_total{rpc=\"AddArtifacts\",code=\"DEADLINE_EXCEEDED\"}") == 1);
 }
 
-namespace {
-
-/// An ExecutePlan through `port` that gets one response, then waits `quiet`
-/// for the next: the status and how long it took.
-std::pair<grpc::Status, std::chrono::milliseconds> quiet_execute(int port, const std::string& session,
-                                                                 std::chrono::seconds deadline,
-                                                                 const std::string& host = "127.0.0.1") {
-  auto stub = stub_to(port, host);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  ctx.AddMetadata("x-fake-responses", "3");
-  ctx.AddMetadata("x-fake-delay-ms", "2000");
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user("quiet");
-  req.set_plan("plan");
-  const auto t0 = std::chrono::steady_clock::now();
-  auto reader = stub->ExecutePlan(&ctx, req);
-  sc::ExecutePlanResponse resp;
-  int n = 0;
-  while (reader->Read(&resp) && n < 10) ++n;
-  auto st = reader->Finish();
-  return {st, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)};
-}
-
-}  // namespace
-
 TEST_CASE("a backend that stops answering (SIGSTOP) fails its calls UNAVAILABLE within keepalive bounds, naming it",
           "[integration][hardening]") {
   temp_dir dir;
@@ -358,7 +348,7 @@ TEST_CASE("a backend that stops answering (SIGSTOP) fails its calls UNAVAILABLE 
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
   std::this_thread::sleep_for(500ms);  // the call is open, between responses
   a.proc.signal(SIGSTOP);
-  auto [st, took] = call.get();
+  auto [st, took, responses] = call.get();
   a.proc.signal(SIGCONT);
   INFO(st.error_message() << " after " << took.count() << " ms");
   CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
@@ -385,7 +375,7 @@ TEST_CASE("a backend behind a cut link fails its calls UNAVAILABLE within keepal
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
   std::this_thread::sleep_for(500ms);
   link.cut();  // no reset, no FIN: the packets just stop
-  auto [st, took] = call.get();
+  auto [st, took, responses] = call.get();
   INFO(st.error_message() << " after " << took.count() << " ms");
   CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(st.error_message().find("fake-far") != std::string::npos);
@@ -419,23 +409,11 @@ TEST_CASE("a call quiet for many keepalive intervals stays within a gRPC server'
   temp_dir dir;
   auto fake = start_fake(dir, "fake-a");
   auto gw = start_gateway(dir, gateway_yaml({&fake}, "keepalive: { interval_secs: 1, timeout_secs: 1 }\n"));
-  auto stub = stub_to(gw.grpc_port);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-  ctx.AddMetadata("x-fake-responses", "2");
-  ctx.AddMetadata("x-fake-delay-ms", "9000");  // 9 quiet seconds before each: 9 chances to PING
-  sc::ExecutePlanRequest req;
-  req.set_session_id("patient");
-  *req.mutable_user_context() = user("patient");
-  req.set_plan("plan");
-  auto reader = stub->ExecutePlan(&ctx, req);
-  sc::ExecutePlanResponse resp;
-  int n = 0;
-  while (reader->Read(&resp) && n < 10) ++n;
-  auto st = reader->Finish();
-  INFO(st.error_message());
-  CHECK(st.ok());
-  CHECK(n >= 2);  // two results (and result_complete)
+  // 9 quiet seconds before each of 2 results: 9 chances to PING.
+  auto r = quiet_execute(gw.grpc_port, "patient", 30s, 2, 9000);
+  INFO(r.status.error_message());
+  CHECK(r.status.ok());
+  CHECK(r.responses >= 2);  // two results (and result_complete)
   CHECK(metric_value(gw.admin_port, "scg_keepalive_backend_timeouts_total") == 0);
   // The backend was PINGed (the test means something), within its policy:
   // 2 in each of the two 9 s silences (before each response).
