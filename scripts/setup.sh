@@ -6,7 +6,9 @@
 #                              the real-Spark tier's too (tests/realspark/: Java 17,
 #                              two pinned PySpark virtual environments under
 #                              build/realspark/, each carrying its Spark server, and
-#                              the Go client's modules); cached after the first run
+#                              the Go client's modules, the JVM client program
+#                              compiled against Spark 4.3's jars); cached after
+#                              the first run
 #   scripts/setup.sh --bench   that, plus the benchmark's comparison proxies and
 #                              h2load (scripts/bench.sh calls this when they are missing)
 set -euo pipefail
@@ -18,7 +20,7 @@ packages=(
   catch2 libasio-dev libssl-dev libjemalloc-dev libnghttp2-dev zlib1g-dev
   curl procps iproute2 python3 python3-yaml openssl
   chromium prometheus
-  openjdk-17-jre-headless python3-venv
+  openjdk-17-jre-headless openjdk-17-jdk-headless python3-venv
 )
 
 # Bench only: nginx and HAProxy to compare scg with, h2load as a second load
@@ -70,4 +72,22 @@ fi
 if [ ! -x "$lab/goclient" ] || [ -n "$(find tests/realspark/goclient -newer "$lab/goclient" -type f)" ]; then
   echo "setup: building the spark-connect-go test client"
   (cd tests/realspark/goclient && go build -o "../../../$lab/goclient" .)
+fi
+# The JVM client program (Spark's spark-connect-client-jvm from the Spark 4.3
+# distribution's jars/connect-repl): compiled here, its classpath written beside
+# it. The client jar comes first; the distribution's other jars (the server's
+# own spark-connect jar aside) carry what it loads at run time.
+jvm="$lab/jvmclient"
+jars=$(ls -d "$lab"/py43/lib/python3*/site-packages/pyspark/jars | head -1)
+client_jar=$(ls "$jars"/connect-repl/spark-connect-client-jvm_*.jar | head -1)
+if [ ! -f "$jvm/classes/JvmClient.class" ] || [ tests/realspark/jvmclient/JvmClient.java -nt "$jvm/classes/JvmClient.class" ] \
+    || ! grep -qF "$client_jar" "$jvm/classpath" 2>/dev/null; then
+  echo "setup: compiling the Spark Connect JVM test client"
+  cp="$client_jar"
+  for f in "$jars"/*.jar; do
+    case "$(basename "$f")" in spark-connect_*) ;; *) cp="$cp:$f" ;; esac
+  done
+  mkdir -p "$jvm/classes"
+  javac -d "$jvm/classes" -cp "$cp" tests/realspark/jvmclient/JvmClient.java
+  echo "$cp" > "$jvm/classpath"
 fi

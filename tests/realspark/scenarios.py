@@ -775,6 +775,46 @@ def go_client_queries():
           "without reattaching: the server never cut its stream")
 
 
+def jvm_client(url: str, *queries: str, timeout: float = 180) -> list[dict]:
+    """Runs tests/realspark/jvmclient (Spark's own JVM client, built by
+    scripts/setup.sh against the Spark 4.3 distribution's jars) on `queries`."""
+    jvm = lab.LAB / "jvmclient"
+    cp = f"{jvm / 'classes'}:{(jvm / 'classpath').read_text().strip()}"
+    # Arrow reads direct buffers by reflection: the module options Spark's own launcher passes.
+    opens = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+             "-Dio.netty.tryReflectionSetAccessible=true"]
+    r = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *opens, "-cp", cp,
+                        "JvmClient", url, *queries], capture_output=True, text=True, timeout=timeout)
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise AssertionError(f"jvmclient printed nothing (exit {r.returncode}): {r.stderr[-600:]}")
+    return lines
+
+
+@scenario
+def jvm_client_queries():
+    """Spark's JVM client (spark-connect-client-jvm 4.3) through scg: queries
+    one after another in one session under max_executions 1, one that runs
+    past the server's 3 s stream duration (the JVM client executes
+    reattachably: it reattaches and releases, and scg lets both through
+    without a second slot), and a result of several Arrow batches."""
+    token, backends = servers("spark43a", "spark43b")
+    scg = lab.Scg(lab.base_config(backends, token, limits={"per_tenant": {"max_executions": 1}}), lab.workdir("jvm"))
+    out = jvm_client(scg.url(), "select count(*) from range(12345)", "select sum(id) from range(1000)",
+                     sleep_sql(8000), "select id, repeat('x', 100) as pad from range(200000)")
+    check(out[0].get("first") == [12345] and not out[0].get("error"), f"count through scg: {out[0]}")
+    check(out[1].get("first") == [499500], f"sum through scg: {out[1]}")
+    check(not out[2].get("error") and out[2].get("first", [None, None])[1] == 42,
+          f"an 8 s query (past the 3 s stream duration) completes: {out[2]}")
+    check(out[3].get("rows") == 200000 and not out[3].get("error"), f"200000 rows of ~100 bytes: {out[3]}")
+    reattaches = scg.metric("scg_forward_rpcs_total", {"rpc": "ReattachExecute"})
+    check(reattaches >= 1, f"the JVM client reattached to the cut stream ({reattaches:.0f} ReattachExecute)")
+    check(scg.metric("scg_forward_rpcs_total", {"rpc": "ReleaseExecute"}) >= 1, "and released what it read")
+    check(scg.metric("scg_executions_refused_total") == 0, "no continuation took or was refused a second slot")
+    check(scg.metric("scg_router_sessions_released_total") == 1 and not sessions_listing(scg),
+          "its one session was bound until the client closed it (ReleaseSession), then forgotten")
+
+
 @scenario
 def load_polling():
     """scg polls the real Spark UI REST API: utilization rises with running
@@ -895,6 +935,17 @@ def retries():
         go_outcome = "gave up" if any(o.get("error") for o in out) else "succeeded"
         print(f"  spark-connect-go, retry_status {status}: {go_outcome} {[o.get('error', '')[:80] for o in out]}")
         check(go_outcome == "gave up", f"{status}: spark-connect-go (no retry by default) gives up")
+        scg.kill()
+        if not CLIENT.startswith("4.3"):
+            continue  # the JVM client is the 4.3 distribution's, whatever the Python client
+        scg = lab.Scg(cfg, lab.workdir(f"retry-jvm-{status}"))
+        out = jvm_client(scg.url(), "select 1", "select 2")
+        jvm_errors = [o.get("error", "") for o in out if o.get("error")]
+        print(f"  spark-connect-client-jvm 4.3, retry_status {status}: "
+              f"{'gave up ' + jvm_errors[0][:100] if jvm_errors else 'retried and succeeded'} "
+              f"after {out[-1]['secs']:.1f} s")
+        check(not jvm_errors and out[-1]["secs"] >= 1.0,
+              f"{status}: the JVM client 4.3 waits ({out[-1]['secs']:.1f} s) and retries")
         scg.kill()
 
 
