@@ -154,7 +154,7 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   }
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
-  replicate(self, cluster::put_atom::value, "s/" + key, st.backends[b]->name, std::string());
+  replicate(self, cluster::put_atom::value, "s/" + key, st.backends[b]->name, std::string(), std::uint64_t{0});
   if (auto k = session_key::parse(key))
     core::audit(is_new ? "session.create" : "session.rebind",
                 {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id},
@@ -292,7 +292,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         auto bind_found = [=](const std::string& name) {
           auto r = adopt(self, key, name);
           if (r.backend) replicate(self, cluster::put_atom::value, "s/" + key, self->state.backends[*r.backend]->name,
-                                   std::string());
+                                   std::string(), std::uint64_t{0});
           for (auto& d : waiting) d(r);
         };
         std::vector<std::string> all = st.member_names;
@@ -362,10 +362,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       },
       [=](health_atom, const std::string& name, bool healthy) {
         replicate(self, cluster::put_atom::value, "h/" + name,
-                  std::string(healthy ? "healthy" : "unhealthy"), std::string());
+                  std::string(healthy ? "healthy" : "unhealthy"), std::string(), std::uint64_t{0});
       },
       [=](load_atom, const std::string& name, double utilization) {
-        replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string());
+        replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string(), std::uint64_t{0});
       },
       [=](clone_atom, const std::string& key, backend_index backend, const route_callback& done) {
         auto& st = self->state;
@@ -373,7 +373,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
         const auto& name = st.backends[backend]->name;
-        replicate(self, cluster::put_atom::value, "s/" + key, name, std::string());
+        replicate(self, cluster::put_atom::value, "s/" + key, name, std::string(), std::uint64_t{0});
         // The clone's first call may reach any replica the moment the client
         // has its answer: the key's owner, whom a replica without the binding
         // asks, learns it before the answer goes out.
@@ -399,7 +399,8 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
         if (auto op = st.table->find_op(op_id, now_ms()))
-          replicate(self, cluster::put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key);
+          replicate(self, cluster::put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key,
+                    static_cast<std::uint64_t>(op->started_wall_ms));
         // A session of this replica gets its actor with its first live operation.
         auto it = st.sessions.find(key);
         if (it != st.sessions.end() && !it->second)
@@ -452,14 +453,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         self->state.backends[*b]->draining = on;
         spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);
         if (on)
-          replicate(self, cluster::put_atom::value, "d/" + name, std::string("draining"), std::string());
+          replicate(self, cluster::put_atom::value, "d/" + name, std::string("draining"), std::string(), std::uint64_t{0});
         else
           replicate(self, cluster::erase_atom::value, "d/" + name);
       },
       [=](tick_atom) {
         auto& st = self->state;
         const auto now = now_ms();
-        if (auto n = st.table->expire_ops(now, st.settings.op_ttl_ms); n > 0)
+        if (auto n = st.table->expire_ops(now, st.settings.op_ttl_ms, static_cast<bool>(st.cluster)); n > 0)
           core::bump(core::global_metrics().router_operations_expired_total, n);
         // One sweep for all sessions instead of a timer per session actor:
         // a timer costs more memory per idle session than the actor's state.

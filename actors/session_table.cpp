@@ -89,6 +89,16 @@ clock_ms now_ms() {
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+std::int64_t wall_now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::int64_t wall_of(clock_ms steady) { return wall_now_ms() - (now_ms() - steady); }
+clock_ms steady_of(std::int64_t wall_ms) { return now_ms() - (wall_now_ms() - wall_ms); }
+
 session_table::session_table(std::size_t backend_count) : per_backend_(backend_count) {}
 
 std::size_t session_table::shard_of(std::string_view key) {
@@ -182,14 +192,16 @@ std::optional<session_table::op_entry> session_table::find_op(const std::string&
 }
 
 backend_index session_table::add_op(const std::string& op_id, backend_index backend,
-                                    const std::string& session, clock_ms now) {
+                                    const std::string& session, clock_ms now, std::int64_t started_wall_ms) {
   auto& s = op_shards_[shard_of(op_id)];
   std::unique_lock lock{s.mutex};
-  auto [it, inserted] = s.map.try_emplace(op_id, op_entry{backend, session}, now);
-  if (inserted)
+  auto [it, inserted] = s.map.try_emplace(op_id, op_entry{backend, session, started_wall_ms}, now);
+  if (inserted) {
     ops_.fetch_add(1, std::memory_order_relaxed);
-  else
+  } else {
     it->second.last_seen.store(now, std::memory_order_relaxed);
+    if (it->second.op.started_wall_ms == 0) it->second.op.started_wall_ms = started_wall_ms;
+  }
   return it->second.op.backend;
 }
 
@@ -215,12 +227,13 @@ bool session_table::erase_op(const std::string& op_id) {
   return true;
 }
 
-std::size_t session_table::expire_ops(clock_ms now, clock_ms ttl_ms) {
+std::size_t session_table::expire_ops(clock_ms now, clock_ms ttl_ms, bool keep_learned) {
   std::size_t removed = 0;
   for (auto& s : op_shards_) {
     std::unique_lock lock{s.mutex};
     for (auto it = s.map.begin(); it != s.map.end();) {
-      if (now - it->second.last_seen.load(std::memory_order_relaxed) >= ttl_ms) {
+      const auto seen = it->second.last_seen.load(std::memory_order_relaxed);
+      if (!(keep_learned && seen == 0) && now - seen >= ttl_ms) {
         it = s.map.erase(it);
         ++removed;
       } else {

@@ -39,12 +39,18 @@ using clock_ms = std::int64_t;  ///< milliseconds of a monotonic clock
 /// Milliseconds on the steady clock, the time base of the table.
 clock_ms now_ms();
 
+/// A steady time of this process as wall-clock ms, and back: what replicas
+/// exchange (their steady clocks share no origin).
+std::int64_t wall_of(clock_ms steady);
+clock_ms steady_of(std::int64_t wall_ms);
+
 /// Sharded, thread-safe session and operation index.
 class session_table {
  public:
   struct op_entry {
     backend_index backend;
     std::string session;  ///< session_key::str() of the session that started it
+    std::int64_t started_wall_ms = 0;  ///< when it started (wall ms, any replica's); 0 unknown
   };
 
   explicit session_table(std::size_t backend_count);
@@ -68,10 +74,11 @@ class session_table {
   /// The backend that ran `op_id`, refreshing its last-seen time.
   std::optional<op_entry> find_op(const std::string& op_id, clock_ms now);
 
-  /// Records that `op_id` runs on `backend` for session `session`; an existing
-  /// entry keeps its backend (the first writer wins) and is refreshed.
+  /// Records that `op_id` runs on `backend` for session `session`, started at
+  /// `started_wall_ms` (0 unknown); an existing entry keeps its backend (the
+  /// first writer wins), learns a start it lacked and is refreshed.
   backend_index add_op(const std::string& op_id, backend_index backend,
-                       const std::string& session, clock_ms now);
+                       const std::string& session, clock_ms now, std::int64_t started_wall_ms = 0);
 
   /// Last-seen time of `op_id`, nullopt when not indexed.
   std::optional<clock_ms> op_last_seen(const std::string& op_id) const;
@@ -82,8 +89,11 @@ class session_table {
   /// Forgets `op_id`; true when it was known.
   bool erase_op(const std::string& op_id);
 
-  /// Removes operations unseen for `ttl_ms`; returns how many.
-  std::size_t expire_ops(clock_ms now, clock_ms ttl_ms);
+  /// Removes operations unseen for `ttl_ms`; returns how many. With
+  /// `keep_learned`, those learned from a peer and never used here (last seen
+  /// 0) stay: in a cluster the replicated table's ttl ends them (a tombstone),
+  /// and until then a reattach through this replica must find them.
+  std::size_t expire_ops(clock_ms now, clock_ms ttl_ms, bool keep_learned = false);
 
   std::size_t session_count() const { return sessions_.load(std::memory_order_relaxed); }
   std::size_t op_count() const { return ops_.load(std::memory_order_relaxed); }

@@ -167,7 +167,7 @@ void apply(cluster_state& st, const entry& e) {
   if (session)
     st.sessions->set_session(id, *b, 0);
   else
-    st.sessions->add_op(id, *b, e.session, 0);
+    st.sessions->add_op(id, *b, e.session, 0, static_cast<std::int64_t>(e.started_ms));
 }
 
 void publish_view(self_ptr self) {
@@ -244,7 +244,7 @@ void write_local(self_ptr self, entry e) {
   const entry& in_force =
       e.deleted ? st.table.erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
                                  static_cast<std::uint64_t>(wall_ms()))
-                : st.table.put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name});
+                : st.table.put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name}, e.started_ms);
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
     st.flush_scheduled = true;
@@ -277,7 +277,7 @@ void refresh_or_expire(self_ptr self) {
       case fate::expire: expire.emplace_back(e.key); break;
     }
   });
-  for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0});
+  for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0, e.started_ms});
   for (auto& key : expire) {
     write_local(self, entry{key, {}, {}, {}, true, 0});
     apply(st, *st.table.find(key));
@@ -490,8 +490,8 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       [=](delta_atom, const std::vector<entry>& batch) { merge_batch(self, batch, true); },
 
       // --- from the router ------------------------------------------------------
-      [=](put_atom, std::string& key, std::string& backend, std::string& session) {
-        write_local(self, entry{std::move(key), std::move(backend), std::move(session), {}, false, 0});
+      [=](put_atom, std::string& key, std::string& backend, std::string& session, std::uint64_t started_ms) {
+        write_local(self, entry{std::move(key), std::move(backend), std::move(session), {}, false, 0, started_ms});
       },
       [=](erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});

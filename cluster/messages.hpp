@@ -19,7 +19,7 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using delta_atom = caf::atom_constant<caf::atom("delta")>;      // (vector<entry>): local writes, pushed at once
 
 // router → cluster actor (local)
-using put_atom = caf::atom_constant<caf::atom("put")>;    // (key, backend name, session)
+using put_atom = caf::atom_constant<caf::atom("put")>;    // (key, backend name, session, started wall ms or 0)
 using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
 
 // cluster actor → router (local): the live members and their routers
@@ -46,10 +46,19 @@ typename Inspector::result_type inspect(Inspector& f, version& x) {
   return f(caf::meta::type_name("version"), x.time, x.node);
 }
 
+/// An entry's last field on the wire is a tombstone's expiry when `deleted`,
+/// else a live operation's start (0 for other keys). One field for both keeps
+/// the wire format of replicas that predate operation starts: they read the
+/// start of a live entry as an expiry they never look at, and send 0 back.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, entry& x) {
-  return f(caf::meta::type_name("entry"), x.key, x.backend, x.session, x.ver, x.deleted,
-           x.tombstone_expires_ms);
+  std::uint64_t stamp = x.deleted ? x.tombstone_expires_ms : x.started_ms;
+  auto unpack = caf::meta::load_callback([&]() -> caf::error {
+    x.tombstone_expires_ms = x.deleted ? stamp : 0;
+    x.started_ms = x.deleted ? 0 : stamp;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("entry"), x.key, x.backend, x.session, x.ver, x.deleted, stamp, unpack);
 }
 
 /// Registers the cluster's message types with CAF (before the system starts).

@@ -39,7 +39,7 @@ void replicated_table::account(std::size_t bucket, const entry& e, bool adding) 
 
 entry entry_view::to_entry() const {
   return entry{std::string(key), std::string(backend), std::string(session), {time, std::string(node)}, deleted,
-               tombstone_expires_ms};
+               tombstone_expires_ms, started_ms};
 }
 
 std::uint32_t replicated_table::name_id(std::string_view name) {
@@ -48,33 +48,37 @@ std::uint32_t replicated_table::name_id(std::string_view name) {
   return it->second;
 }
 
-// An item's tail: the session's bytes, the backend's, and for a tombstone its
-// expiry (8 bytes). With the 32-byte head, a session binding fits 96 bytes.
+// An item's tail: the session's bytes, the backend's, and 8 bytes of a
+// tombstone's expiry or an operation's start when there is one. With the
+// 32-byte head, a session binding fits 96 bytes.
 void replicated_table::store(shard& s, const entry& e) {
   s.erase(e.key);
-  const std::size_t expiry = e.deleted ? sizeof e.tombstone_expires_ms : 0;
-  auto [it, made] = s.try_emplace(e.key, e.session.size() + e.backend.size() + expiry,
+  const std::uint64_t stamp = e.deleted ? e.tombstone_expires_ms : e.started_ms;
+  const bool stamped = e.deleted || stamp != 0;
+  const std::size_t stamp_size = stamped ? sizeof stamp : 0;
+  auto [it, made] = s.try_emplace(e.key, e.session.size() + e.backend.size() + stamp_size,
                                   head{e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node),
-                                       static_cast<std::uint32_t>(e.session.size()), e.deleted});
+                                       static_cast<std::uint32_t>(e.session.size()), e.deleted, stamped});
   char* tail = it->tail_data();
   std::memcpy(tail, e.session.data(), e.session.size());
   std::memcpy(tail + e.session.size(), e.backend.data(), e.backend.size());
-  std::memcpy(tail + e.session.size() + e.backend.size(), &e.tombstone_expires_ms, expiry);
+  std::memcpy(tail + e.session.size() + e.backend.size(), &stamp, stamp_size);
 }
 
 entry_view replicated_table::view(const shard::item& it) const {
   const head& h = it.value;
   const auto tail = it.tail();
-  const std::size_t expiry = h.deleted ? sizeof(std::uint64_t) : 0;
-  std::uint64_t expires = 0;
-  if (h.deleted) std::memcpy(&expires, tail.data() + tail.size() - expiry, expiry);
+  const std::size_t stamp_size = h.stamped ? sizeof(std::uint64_t) : 0;
+  std::uint64_t stamp = 0;
+  if (h.stamped) std::memcpy(&stamp, tail.data() + tail.size() - stamp_size, stamp_size);
   return {it.key(),
-          tail.substr(h.session_size, tail.size() - h.session_size - expiry),
+          tail.substr(h.session_size, tail.size() - h.session_size - stamp_size),
           tail.substr(0, h.session_size),
           names_[h.node],
           {h.wall_ms, h.logical},
           h.deleted,
-          expires};
+          h.deleted ? stamp : 0,
+          h.deleted ? 0 : stamp};
 }
 
 entry replicated_table::upsert(const entry& incoming, merge_result& result) {
@@ -109,9 +113,10 @@ merge_result replicated_table::merge(const entry& incoming) {
   return result;
 }
 
-entry replicated_table::put(const std::string& key, std::string backend, std::string session, version ver) {
+entry replicated_table::put(const std::string& key, std::string backend, std::string session, version ver,
+                            std::uint64_t started_ms) {
   merge_result ignored;
-  return upsert(entry{key, std::move(backend), std::move(session), std::move(ver), false, 0}, ignored);
+  return upsert(entry{key, std::move(backend), std::move(session), std::move(ver), false, 0, started_ms}, ignored);
 }
 
 entry replicated_table::erase(const std::string& key, version ver, std::uint64_t tombstone_ttl_ms,

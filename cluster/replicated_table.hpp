@@ -35,6 +35,9 @@ struct entry {
   version ver;
   bool deleted = false;
   std::uint64_t tombstone_expires_ms = 0;  ///< wall time after which a tombstone is dropped
+  /// A live operation's start (wall ms; 0 unknown), so max_execution_secs
+  /// counts from it on whichever replica the operation is reattached through.
+  std::uint64_t started_ms = 0;
 };
 
 /// An entry as the table holds it, for reading in place (for_each): views
@@ -44,6 +47,7 @@ struct entry_view {
   hlc_time time;
   bool deleted = false;
   std::uint64_t tombstone_expires_ms = 0;
+  std::uint64_t started_ms = 0;
   entry to_entry() const;
 };
 
@@ -71,9 +75,11 @@ class replicated_table {
   /// key is absent); an equal or older version changes nothing.
   merge_result merge(const entry& incoming);
 
-  /// Local write binding `key` to `backend`. Returns the entry in force: the
-  /// new one, or the local one when it holds a newer version.
-  entry put(const std::string& key, std::string backend, std::string session, version ver);
+  /// Local write binding `key` to `backend` (an operation: started at
+  /// `started_ms`, 0 unknown). Returns the entry in force: the new one, or the
+  /// local one when it holds a newer version.
+  entry put(const std::string& key, std::string backend, std::string session, version ver,
+            std::uint64_t started_ms = 0);
 
   /// Local delete: leaves a tombstone at `ver` that expire_tombstones() drops
   /// once the wall clock reaches `now_wall_ms + tombstone_ttl_ms`. Returns the
@@ -116,14 +122,16 @@ class replicated_table {
   static std::uint64_t entry_hash(const entry& e);
 
  private:
-  /// What an entry holds besides its key and its tail (session, backend and a
-  /// tombstone's expiry): 24 bytes, 32 with the map's sizes.
+  /// What an entry holds besides its key and its tail (session, backend, and
+  /// a tombstone's expiry or an operation's start): 24 bytes, 32 with the
+  /// map's sizes.
   struct head {
     std::uint64_t wall_ms;
     std::uint32_t logical;
     std::uint32_t node;  // in names_: the few replicas there are
     std::uint32_t session_size;
     bool deleted;
+    bool stamped;  // the tail ends with 8 bytes: the expiry (deleted) or the start
   };
   /// One digest bucket's entries.
   using shard = core::packed_map<head>;

@@ -115,6 +115,12 @@ bool key_matches(const list_query& q, std::string_view key) {
          (q.session.empty() || k->session_id == q.session);
 }
 
+/// Milliseconds since a last use here; null when never used here (learned from a peer).
+nlohmann::json ms_ago(actors::clock_ms now, actors::clock_ms last_seen) {
+  if (last_seen <= 0) return nullptr;
+  return std::max<actors::clock_ms>(0, now - last_seen);
+}
+
 /// The identity fields of a session key, as listings show them.
 void add_key_fields(nlohmann::json& item, const std::string& key) {
   auto k = actors::session_key::parse(key).value_or(actors::session_key{});
@@ -174,7 +180,7 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
   auto list = nlohmann::json::array();
   for (const auto& r : rows) {
     nlohmann::json item{{"backend", backend_name(view, r.backend)},
-                        {"last_seen_ms_ago", std::max<actors::clock_ms>(0, now - r.last_seen)},
+                        {"last_seen_ms_ago", ms_ago(now, r.last_seen)},
                         {"operations", ops[r.key]}};
     add_key_fields(item, r.key);
     list.push_back(std::move(item));
@@ -197,7 +203,8 @@ std::string operations_json(const admin_view& view, const list_query& q) {
   for (const auto& r : rows) {
     nlohmann::json item{{"operation_id", r.key},
                         {"backend", backend_name(view, r.op.backend)},
-                        {"last_seen_ms_ago", std::max<actors::clock_ms>(0, now - r.last_seen)}};
+                        {"last_seen_ms_ago", ms_ago(now, r.last_seen)}};
+    if (r.op.started_wall_ms > 0) item["started_ms"] = r.op.started_wall_ms;
     add_key_fields(item, r.op.session);
     list.push_back(std::move(item));
   }

@@ -785,7 +785,9 @@ class forward_call final : public h2::server_stream,
   void learn_operation(const std::string& op_id) {
     operation_id_ = op_id;
     adopt_execution(op_id);
-    fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms());
+    // Its start goes with it to every replica (max_execution_secs counts from it).
+    const auto started = execution_started_ms_ > 0 ? actors::wall_of(execution_started_ms_) : 0;
+    fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms(), started);
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
   }
@@ -909,7 +911,12 @@ class forward_call final : public h2::server_stream,
     if (rpc_ == rpc::reattach_execute && !fields_.operation_id.empty()) {
       const auto now = actors::now_ms();
       auto a = fx_.executions.attach(fields_.operation_id);
-      if (!a && continuation) a = fx_.executions.attach_unknown(fields_.operation_id, identity_.tenant, mine, now);
+      if (!a && continuation) {
+        // First seen here (a failover, a restart): its clock runs from its start, when a replica said.
+        const auto op = fx_.table->find_op(fields_.operation_id, now);
+        const auto started = op && op->started_wall_ms > 0 ? std::min(now, actors::steady_of(op->started_wall_ms)) : now;
+        a = fx_.executions.attach_unknown(fields_.operation_id, identity_.tenant, mine, started);
+      }
       if (a) {
         if (a->killed) {
           core::bump(core::global_metrics().executions_reattach_refused_total);

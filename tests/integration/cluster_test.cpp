@@ -567,3 +567,64 @@ TEST_CASE("replicas on IPv6 loopback find each other through an IPv6 seed (::1)"
   // A session bound through one is routed to the same backend through the other.
   CHECK(config_backend(r0.grpc_port, "v6-session") == config_backend(r1.grpc_port, "v6-session"));
 }
+
+TEST_CASE("an operation reattached through another replica keeps max_execution_secs counted from its start",
+          "[integration][cluster][limits]") {
+  cluster_env env(2, "limits:\n  per_tenant: { max_execution_secs: 3 }\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since_start = [&] { return std::chrono::steady_clock::now() - t0; };
+  std::string last;
+  {
+    // Started through replica 0; the fake cuts each stream after 5 responses (0.5 s), as Spark does.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-fake-responses", "80");
+    ctx.AddMetadata("x-fake-delay-ms", "100");
+    ctx.AddMetadata("x-fake-stream-max-responses", "5");
+    sc::ExecutePlanRequest req;
+    req.set_session_id("limit-across");
+    *req.mutable_user_context() = user("ursula");
+    req.set_operation_id("op-limit-across");
+    // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
+    std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
+    REQUIRE(req.ParseFromString(body));
+    auto reader = stub_to(env.replicas[0]->grpc_port)->ExecutePlan(&ctx, req);
+    sc::ExecutePlanResponse r;
+    while (reader->Read(&r)) last = r.response_id();
+    REQUIRE(reader->Finish().ok());
+    REQUIRE_FALSE(last.empty());
+  }
+  // Replica 1 learns the operation and its start.
+  REQUIRE(eventually([&] {
+    auto ops = nlohmann::json::parse(http_get(env.replicas[1]->admin_port, "/api/v1/operations").second);
+    for (const auto& o : ops["operations"])
+      if (o["operation_id"] == "op-limit-across") return o.contains("started_ms");
+    return false;
+  }, 5s));
+  while (since_start() < 2500ms) std::this_thread::sleep_for(50ms);
+
+  // The client reattaches through replica 1 (say replica 0 went away), stream after stream.
+  auto stub1 = stub_to(env.replicas[1]->grpc_port);
+  grpc::Status status;
+  int streams = 0;
+  for (; streams < 20 && status.ok(); ++streams) {
+    grpc::ClientContext rctx;
+    rctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    sc::ReattachExecuteRequest re;
+    re.set_session_id("limit-across");
+    *re.mutable_user_context() = user("ursula");
+    re.set_operation_id("op-limit-across");
+    re.set_last_response_id(last);
+    auto reattached = stub1->ReattachExecute(&rctx, re);
+    sc::ExecutePlanResponse r;
+    while (reattached->Read(&r)) last = r.response_id();
+    status = reattached->Finish();
+  }
+  const auto ended = std::chrono::duration_cast<std::chrono::milliseconds>(since_start()).count();
+  INFO("ended after " << ended << " ms, " << streams << " reattaches: " << status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message().find("max_execution_secs") != std::string::npos);
+  // 3 s from its start through replica 0, not 3 s from its first reattach here (that would be ≥ 5.5 s).
+  CHECK(ended >= 2900);
+  CHECK(ended < 4500);
+  CHECK(metric_value(env.replicas[1]->admin_port, "scg_executions_killed_total") == 1);
+}

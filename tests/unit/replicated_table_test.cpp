@@ -377,3 +377,26 @@ TEST_CASE("a binding lives a whole ttl past its last use anywhere", "[table]") {
   CHECK(binding_fate(written, written + 500, written + ttl + 900, ttl) == fate::keep);
   CHECK(binding_fate(written, written + 500, written + ttl + 1001, ttl) == fate::expire);
 }
+
+TEST_CASE("a live operation keeps its start through writes, merges and touches", "[table]") {
+  replicated_table t;
+  auto in_force = t.put("o/op", "b1", "s/x", ver(100, "a"), 1234);
+  CHECK(in_force.started_ms == 1234);
+  CHECK(t.find("o/op")->started_ms == 1234);
+  CHECK(t.find("o/op")->backend == "b1");
+  CHECK(t.find("o/op")->session == "s/x");
+  entry later = *t.find("o/op");
+  later.ver = ver(200, "b");
+  CHECK(t.merge(later).applied);
+  CHECK(t.find("o/op")->started_ms == 1234);
+  std::uint64_t seen = 0;
+  t.for_each([&](const entry_view& e) { seen = e.started_ms; });
+  CHECK(seen == 1234);
+  // A session binding has none, and a tombstone has only its expiry.
+  t.put("s/x", "b1", {}, ver(100, "a"));
+  CHECK(t.find("s/x")->started_ms == 0);
+  const auto gone = t.erase("o/op", ver(300, "a"), 1000, 5000);
+  CHECK(gone.tombstone_expires_ms == 6000);
+  CHECK(gone.started_ms == 0);
+  CHECK(t.find("o/op")->tombstone_expires_ms == 6000);
+}

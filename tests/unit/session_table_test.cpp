@@ -48,8 +48,22 @@ TEST_CASE("operations follow their first backend and expire when unseen", "[tabl
   CHECK(t.has_op("op1"));
   CHECK_FALSE(t.has_op("op2"));
   CHECK(t.op_count() == 1);
+  // In a cluster, an operation learned from a peer (never used here) waits for its tombstone.
+  t.add_op("learned", 0, "s", 0);
+  CHECK(t.expire_ops(5000, 1000, true) == 1);  // op1 goes, learned stays
+  CHECK(t.has_op("learned"));
+  CHECK(t.erase_op("learned"));
+  t.add_op("op1", 1, "s", 900);
+  CHECK(t.op_count() == 1);
   CHECK(t.erase_op("op1"));
   CHECK(t.op_count() == 0);
+  // A start, once known, stays; an entry without one learns it.
+  t.add_op("op3", 0, "s", 10, 777);
+  t.add_op("op3", 0, "s", 20, 0);
+  CHECK(t.find_op("op3", 30)->started_wall_ms == 777);
+  t.add_op("op4", 0, "s", 10);
+  t.add_op("op4", 0, "s", 20, 888);
+  CHECK(t.find_op("op4", 30)->started_wall_ms == 888);
 }
 
 TEST_CASE("concurrent binders of one session all see one backend", "[table]") {
