@@ -78,7 +78,7 @@ fi
 # it. The client jar comes first; the distribution's other jars (the server's
 # own spark-connect jar aside) carry what it loads at run time.
 jvm="$lab/jvmclient"
-jars=$(ls -d "$lab"/py43/lib/python3*/site-packages/pyspark/jars | head -1)
+jars=$(ls -d "$PWD/$lab"/py43/lib/python3*/site-packages/pyspark/jars | head -1)
 client_jar=$(ls "$jars"/connect-repl/spark-connect-client-jvm_*.jar | head -1)
 if [ ! -f "$jvm/classes/JvmClient.class" ] || [ tests/realspark/jvmclient/JvmClient.java -nt "$jvm/classes/JvmClient.class" ] \
     || ! grep -qF "$client_jar" "$jvm/classpath" 2>/dev/null; then

@@ -734,6 +734,14 @@ def tls_token():
     check(users == {"carol"}, f"the session is the verified user's ({users})")
     rc, out, err = run(f"sc://127.0.0.1:{scg.grpc}/;token=wrong")
     check(rc != 0 and "UNAUTHENTICATED" in err, "a wrong token is refused UNAUTHENTICATED")
+    # Spark's JVM client: token= means TLS there too, checked against the JVM's trust store.
+    subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "scg-test-ca", "-file", work / "ca.pem",
+                    "-keystore", work / "trust.p12", "-storepass", "changeit", "-storetype", "PKCS12"],
+                   check=True, capture_output=True)
+    trust = (f"-Djavax.net.ssl.trustStore={work / 'trust.p12'}", "-Djavax.net.ssl.trustStorePassword=changeit")
+    out = jvm_client(f"sc://127.0.0.1:{scg.grpc}/;token={client_token}", "select count(*) from range(7)",
+                     jvm_opts=trust, timeout=90)
+    check(out[0].get("first") == [7], f"the JVM client over TLS with token= works ({out[0]})")
     # Plaintext alternatives, through a front door without TLS.
     plain = lab.Scg({k: v for k, v in cfg.items() if k != "tls"}, work, "plain")
     rc, out, err = run(f"sc://localhost:{plain.grpc}/;token={client_token}")
@@ -775,7 +783,7 @@ def go_client_queries():
           "without reattaching: the server never cut its stream")
 
 
-def jvm_client(url: str, *queries: str, timeout: float = 180) -> list[dict]:
+def jvm_client(url: str, *queries: str, timeout: float = 180, jvm_opts: tuple = ()) -> list[dict]:
     """Runs tests/realspark/jvmclient (Spark's own JVM client, built by
     scripts/setup.sh against the Spark 4.3 distribution's jars) on `queries`."""
     jvm = lab.LAB / "jvmclient"
@@ -783,7 +791,7 @@ def jvm_client(url: str, *queries: str, timeout: float = 180) -> list[dict]:
     # Arrow reads direct buffers by reflection: the module options Spark's own launcher passes.
     opens = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
              "-Dio.netty.tryReflectionSetAccessible=true"]
-    r = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *opens, "-cp", cp,
+    r = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *opens, *jvm_opts, "-cp", cp,
                         "JvmClient", url, *queries], capture_output=True, text=True, timeout=timeout)
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     if not lines:
@@ -845,6 +853,59 @@ def load_polling():
     err = moved.get("load_error", "")
     check("moved-ui" not in err and ("connect" in err.lower() or "refused" in err.lower()),
           f"a UI port where nothing listens is reported: {err!r}")
+    s.stop()
+
+
+@scenario
+def executors_to_zero():
+    """A Spark Connect server on a standalone cluster (a master and a worker on
+    loopback) with dynamic allocation down to zero executors: scg reads
+    utilization 0 while it is idle with no executor, 1 while tasks wait for an
+    executor to start, and the query completes once one has; idle again, the
+    executor goes and the reading falls back to 0."""
+    work = lab.workdir("zero")
+    cluster = lab.start_standalone("4.3", work)
+    conf = {"spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": "0", "spark.dynamicAllocation.initialExecutors": "0",
+            "spark.dynamicAllocation.maxExecutors": "1",
+            "spark.dynamicAllocation.executorIdleTimeout": "3s",
+            # Tasks wait this long before an executor is asked for: the window scg must read as saturated.
+            "spark.dynamicAllocation.schedulerBacklogTimeout": "4s",
+            "spark.executor.memory": "512m", "spark.executor.cores": "2", "spark.cores.max": "2",
+            "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
+    server = lab.start_spark("spark43zero", "4.3", work, None, conf=conf, master=cluster["url"])
+    lab.wait_spark_ready(server, timeout=180)
+    scg = lab.Scg(lab.base_config([server], None, placement={"strategy": "least_loaded", "poll_interval_ms": 300,
+                                                             "ewma_alpha": 1.0}), work)
+
+    def executors() -> int:
+        apps = lab.ui_json(server, "/api/v1/applications")
+        listed = lab.ui_json(server, f"/api/v1/applications/{apps[0]['id']}/executors")
+        return sum(1 for e in listed if e["id"] != "driver" and e.get("isActive", True))
+
+    def util():
+        return scg.get("/api/v1/backends")["backends"][0].get("utilization")
+
+    lab.wait_for("no executor and an idle reading", lambda: executors() == 0 and util() == 0.0, 30)
+    check(True, "no executor, nothing running: utilization 0")
+    s = connect(scg.url())
+    result: dict = {}
+
+    def run():
+        try:
+            result["rows"] = s.sql(sleep_sql(3000) + " from range(0, 2, 1, 2)").collect()
+        except Exception as e:  # noqa: BLE001
+            result["error"] = error_text(e)
+    t = threading.Thread(target=run)
+    t.start()
+    lab.wait_for("utilization 1 while 2 tasks wait with no executor", lambda: executors() == 0 and util() == 1.0, 4)
+    check(True, "tasks waiting, no executor yet: utilization 1 (saturated, not idle)")
+    lab.wait_for("an executor to start", lambda: executors() == 1, 60)
+    t.join(90)
+    check(not t.is_alive() and len(result.get("rows", [])) == 2, f"the query completed on the new executor: {result}")
+    lab.wait_for("the idle executor to go, and the reading with it", lambda: executors() == 0 and util() == 0.0, 40)
+    check(True, "idle again, scaled back to zero executors: utilization 0")
     s.stop()
 
 

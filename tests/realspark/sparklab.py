@@ -52,9 +52,12 @@ SERVER_CONF = {
 }
 
 _children: list[subprocess.Popen] = []
+_groups: list[int] = []
 
 
 def _reap_children() -> None:
+    for pgid in _groups:  # process groups whose members are not our children (a worker's executors)
+        kill_tree(pgid)
     for p in _children:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -109,7 +112,7 @@ def venv_python(version: str) -> str:
 
 
 def start_spark(name: str, version: str, workdir: Path, token: str | None,
-                conf: dict | None = None, heap: str = "512m") -> dict:
+                conf: dict | None = None, heap: str = "512m", master: str = "local[2]") -> dict:
     """Starts a Spark Connect server in local mode; returns its description once
     its gRPC port accepts connections. The token goes in through the
     environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), never on the command line
@@ -131,7 +134,7 @@ def start_spark(name: str, version: str, workdir: Path, token: str | None,
                      "spark.sql.warehouse.dir": str(workdir / f"{name}-warehouse")})
     settings.update(conf or {})
     argv = [str(home / "bin" / "spark-submit"), "--class",
-            "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+            "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", master,
             "--name", name, "--driver-memory", heap,
             "--driver-java-options", "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1"]
     for k, v in settings.items():
@@ -142,6 +145,48 @@ def start_spark(name: str, version: str, workdir: Path, token: str | None,
     _children.append(p)
     return {"name": name, "version": version, "grpc": grpc_port, "ui": ui_port, "pid": p.pid,
             "home": str(home), "log": str(log), "popen": p}
+
+
+def start_standalone(version: str, workdir: Path, cores: int = 2) -> dict:
+    """A Spark standalone cluster on loopback: one master and one worker
+    (`cores` cores, 1 GiB for executors), daemons on 256 MiB heaps. Returns
+    {"url": "spark://127.0.0.1:PORT", "master_ui", "pids"} once the worker has
+    registered."""
+    home = spark_home(version)
+    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    env = dict(os.environ)
+    env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
+                "SPARK_LOG_DIR": str(workdir), "SPARK_WORKER_DIR": str(workdir / "worker"),
+                "SPARK_CONF_DIR": str(workdir / "standalone-conf")})
+    (workdir / "standalone-conf").mkdir(parents=True, exist_ok=True)
+    url = f"spark://127.0.0.1:{port}"
+    daemons = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                           "--webui-port", str(master_ui)]),
+               ("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
+                           str(worker_ui), "--cores", str(cores), "--memory", "1g", url])]
+    pids = []
+    for name, args in daemons:
+        out = open(workdir / f"standalone-{name}.log", "ab")
+        p = subprocess.Popen([str(home / "bin" / "spark-class"), *args], stdout=out, stderr=subprocess.STDOUT,
+                             env=env, cwd=workdir, start_new_session=True)
+        _children.append(p)
+        _groups.append(p.pid)
+        pids.append(p.pid)
+        if name == "master":
+            wait_for("the standalone master", lambda: port_open(port), 60, 0.3)
+
+    def registered():
+        with urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=3) as r:
+            return len(json.loads(r.read()).get("workers", [])) >= 1
+    wait_for("the standalone worker to register", lambda: _quiet(registered), 60, 0.5)
+    return {"url": url, "master_ui": master_ui, "pids": pids}
+
+
+def _quiet(pred):
+    try:
+        return pred()
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def wait_spark_ready(server: dict, timeout: float = 120) -> None:
