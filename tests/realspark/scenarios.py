@@ -871,7 +871,7 @@ def executors_to_zero():
             "spark.dynamicAllocation.maxExecutors": "1",
             "spark.dynamicAllocation.executorIdleTimeout": "3s",
             # Tasks wait this long before an executor is asked for: the window scg must read as saturated.
-            "spark.dynamicAllocation.schedulerBacklogTimeout": "4s",
+            "spark.dynamicAllocation.schedulerBacklogTimeout": "6s",
             "spark.executor.memory": "512m", "spark.executor.cores": "2", "spark.cores.max": "2",
             "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
     server = lab.start_spark("spark43zero", "4.3", work, None, conf=conf, master=cluster["url"])
@@ -899,8 +899,15 @@ def executors_to_zero():
             result["error"] = error_text(e)
     t = threading.Thread(target=run)
     t.start()
-    lab.wait_for("utilization 1 while 2 tasks wait with no executor", lambda: executors() == 0 and util() == 1.0, 4)
-    check(True, "tasks waiting, no executor yet: utilization 1 (saturated, not idle)")
+    # Until an executor registers, the tasks wait: scg must read that as saturated.
+    saturated, deadline = False, time.monotonic() + 30
+    while not saturated and time.monotonic() < deadline and t.is_alive():
+        n, u = executors(), util()
+        if n > 0:
+            break
+        saturated = u == 1.0
+        time.sleep(0.1)
+    check(saturated, "tasks waiting, no executor yet: utilization 1 (saturated, not idle)")
     lab.wait_for("an executor to start", lambda: executors() == 1, 60)
     t.join(90)
     check(not t.is_alive() and len(result.get("rows", [])) == 2, f"the query completed on the new executor: {result}")
