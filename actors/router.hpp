@@ -10,6 +10,7 @@
 
 #include "actors/backend.hpp"
 #include "actors/session_table.hpp"
+#include "core/local_reply.hpp"
 #include "config/config.hpp"
 
 namespace caf {
@@ -23,8 +24,8 @@ namespace scg::actors {
 struct route_result {
   std::optional<backend_index> backend;
   std::string error;  ///< set when backend is empty
-  int code = 14;      ///< the gRPC status for `error`: UNAVAILABLE, or RESOURCE_EXHAUSTED (8) when refused
-  int retry_after_ms = 0;  ///< with RESOURCE_EXHAUSTED: when to try again
+  core::local_reason refusal = core::local_reason::no_backend;  ///< why, when backend is empty
+  int retry_after_ms = 0;  ///< for a "retry later" refusal: when to try again
 };
 
 /// Called exactly once with the answer, on an actor thread.

@@ -73,7 +73,6 @@ std::vector<candidate> candidates(const router_state& st, const std::string& key
   return out;
 }
 
-constexpr int resource_exhausted = 8;
 constexpr int shed_retry_ms = 5000;  // a new session refused for load: try again in a while
 
 /// Refuses a new session of `key` when its tenant holds limits.max_sessions
@@ -84,24 +83,22 @@ std::optional<route_result> refuse_new(const router_state& st, const std::string
   const std::string tenant = k ? k->tenant : std::string();
   const auto cap = st.settings.limits.for_tenant(tenant).max_sessions;
   if (cap > 0 && st.table->sessions_of_tenant(tenant) >= static_cast<std::size_t>(cap)) {
-    core::bump(core::global_metrics().router_sessions_refused_total);
     core::record_event("refused", "a new session of tenant " + tenant + " was refused: limits.max_sessions reached");
     core::audit("session.refused", {{"tenant", tenant}, {"user", k ? k->user_id : ""},
                                     {"session", k ? k->session_id : ""}, {"reason", "max_sessions"}});
     return route_result{std::nullopt,
                         "scg: tenant " + tenant + " has " + std::to_string(cap) +
                             " live sessions, its limit (limits.max_sessions); release one or retry later",
-                        resource_exhausted, shed_retry_ms};
+                        core::local_reason::sessions_full, shed_retry_ms};
   }
   if (st.settings.shed_above && all_above(st.settings.policy, candidates(st, key), *st.settings.shed_above)) {
-    core::bump(core::global_metrics().router_sessions_shed_total);
     core::record_event("shed", "a new session of tenant " + tenant + " was shed: every backend above placement.shed_above");
     core::audit("session.shed", {{"tenant", tenant}, {"user", k ? k->user_id : ""},
                                  {"session", k ? k->session_id : ""}});
     return route_result{std::nullopt,
                         "scg: every backend is too busy for a new session (scores above placement.shed_above); "
                         "retry later",
-                        resource_exhausted, shed_retry_ms};
+                        core::local_reason::sessions_shed, shed_retry_ms};
   }
   return std::nullopt;
 }
@@ -146,10 +143,9 @@ void replicate(self_ptr self, Ts&&... xs) {
 route_result decide_here(self_ptr self, const std::string& key, bool is_new = true) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
-  if (!st.accepting) return {std::nullopt, "scg: replica is shutting down"};
+  if (!st.accepting) return {std::nullopt, "scg: replica is shutting down", core::local_reason::shutting_down};
   auto pick = place(st.settings.policy, candidates(st, key), st.cursor);
   if (!pick) {
-    core::bump(core::global_metrics().forward_no_backend_total);
     return {std::nullopt, no_backend_message(st)};
   }
   core::bump(core::global_metrics().router_decisions_total);

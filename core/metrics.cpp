@@ -40,22 +40,30 @@ void metrics::render(std::string& out) const {
 #undef SCG_RENDER
   header(out, "forward_rpcs_total", "Finished calls by Spark Connect method and status code",
          "counter");
-  for (std::size_t r = 0; r < net::rpc_count; ++r) {
+  for (std::size_t r = 0; r < rpc_count; ++r) {
     for (std::size_t c = 0; c < status_code_count; ++c) {
       auto n = rpcs[r][c].load(std::memory_order_relaxed);
       if (n == 0) continue;
       out += "scg_forward_rpcs_total{rpc=\"";
-      out += net::rpc_name(static_cast<net::rpc>(r));
+      out += rpc_name(static_cast<rpc>(r));
       out += "\",code=\"";
       out += status_code_name(static_cast<int>(c));
       out += "\"} " + std::to_string(n) + "\n";
     }
   }
+  header(out, "local_replies_total", "Calls scg answered itself, by reason (docs/observability.md)", "counter");
+  for (const auto& row : core::local_replies()) {
+    // Every reason, zeros too: a bounded set, and rate() needs the series before the first.
+    auto n = local_replies[static_cast<std::size_t>(row.reason)].load(std::memory_order_relaxed);
+    out += "scg_local_replies_total{reason=\"";
+    out += row.name;
+    out += "\"} " + std::to_string(n) + "\n";
+  }
   header(out, "forward_rpc_duration_seconds", "Time from a call's arrival to its end, by Spark Connect method",
          "histogram");
-  for (std::size_t r = 0; r < net::rpc_count; ++r)
+  for (std::size_t r = 0; r < rpc_count; ++r)
     durations[r].render(out, "forward_rpc_duration_seconds",
-                        "rpc=\"" + std::string(net::rpc_name(static_cast<net::rpc>(r))) + "\"", duration_bounds_us,
+                        "rpc=\"" + std::string(rpc_name(static_cast<rpc>(r))) + "\"", duration_bounds_us,
                         true);  // a method never called adds no series
   if (auto allocated = allocator().allocated_bytes) {
     header(out, "process_heap_allocated_bytes", "Bytes scg holds allocated now (the allocator's count; RSS adds its free pages)",

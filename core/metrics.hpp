@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "net/wire.hpp"
+#include "core/local_reply.hpp"
+#include "core/rpc.hpp"
 
 namespace scg::core {
 
@@ -55,6 +56,7 @@ namespace scg::core {
   X(conn_evicted_total, "Client connections closed in their handshake to make room for a new one (limits.max_client_connections)") \
   X(conn_accept_errors_total, "accept() failures (EMFILE, ENFILE, ENOMEM...); the accept loop pauses 100 ms") \
   X(conn_handshake_timeouts_total, "Client connections closed: no TLS handshake or HTTP/2 preface within limits.handshake_timeout_secs") \
+  X(conn_protocol_errors_total, "Client connections ended by a GOAWAY for the client's HTTP/2 protocol error (the log names it)") \
   X(conn_idle_closed_total, "Client connections told to go away after limits.idle_connection_secs without streams") \
   X(keepalive_client_pings_total, "Keepalive PINGs sent on quiet client connections")         \
   X(keepalive_backend_pings_total, "Keepalive PINGs sent on quiet backend connections with calls open") \
@@ -62,7 +64,11 @@ namespace scg::core {
   X(keepalive_backend_timeouts_total, "Backend connections closed, their calls UNAVAILABLE: a keepalive PING went unanswered") \
   X(forward_first_message_timeouts_total, "Calls ended DEADLINE_EXCEEDED: the first request message took over limits.first_message_secs") \
   X(buffer_shed_total, "Calls ended RESOURCE_EXHAUSTED: their worker held more than its share of limits.buffer_mib, they the most") \
-  X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure")
+  X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure") \
+  X(forward_backend_broke_off_total, "Calls ended UNAVAILABLE: the backend's connection failed during the call") \
+  X(forward_backend_resets_total, "Calls ended by the backend's RST_STREAM (code by the reset's HTTP/2 error)") \
+  X(forward_backend_bad_status_total, "Calls ended INTERNAL: the backend sent no grpc-status, or not a status code") \
+  X(forward_deadline_exceeded_total, "Calls ended DEADLINE_EXCEEDED by scg at the client's grpc-timeout")
 
 #define SCG_GAUGES(X)                                  \
   X(forward_active_calls, "Calls being forwarded now") \
@@ -103,14 +109,17 @@ struct metrics {
   SCG_COUNTERS(SCG_DECLARE)
   SCG_GAUGES(SCG_DECLARE)
 #undef SCG_DECLARE
+  /// Calls scg answered itself, by reason (scg_local_replies_total; core/local_reply.hpp).
+  std::array<std::atomic<std::uint64_t>, local_reason_count> local_replies{};
+
   /// Finished calls by rpc and status code (scg_forward_rpcs_total).
-  std::array<std::array<std::atomic<std::uint64_t>, status_code_count>, net::rpc_count> rpcs{};
+  std::array<std::array<std::atomic<std::uint64_t>, status_code_count>, rpc_count> rpcs{};
 
   /// Call durations by rpc (scg_forward_rpc_duration_seconds).
   static constexpr std::array<std::uint64_t, 16> duration_bounds_us{
       500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
       1000000, 2500000, 5000000, 10000000, 60000000, 300000000};
-  std::array<histogram<duration_bounds_us.size()>, net::rpc_count> durations{};
+  std::array<histogram<duration_bounds_us.size()>, rpc_count> durations{};
 
   /// Time from a write at its replica to its arrival here, for entries pushed
   /// as deltas (scg_cluster_replication_delay_seconds). Versions carry
@@ -119,11 +128,11 @@ struct metrics {
       1000, 2000, 3000, 4000, 5000, 7500, 10000, 15000, 25000, 50000, 100000, 250000, 1000000, 5000000};
   histogram<replication_bounds_us.size()> replication_delay{};
 
-  void observe_duration(net::rpc r, std::uint64_t us) {
+  void observe_duration(rpc r, std::uint64_t us) {
     durations[static_cast<std::size_t>(r)].observe(duration_bounds_us, us);
   }
 
-  void count_rpc(net::rpc r, int code) {
+  void count_rpc(rpc r, int code) {
     if (code < 0 || code >= static_cast<int>(status_code_count)) code = 2;  // UNKNOWN
     rpcs[static_cast<std::size_t>(r)][static_cast<std::size_t>(code)].fetch_add(
         1, std::memory_order_relaxed);

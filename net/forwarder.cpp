@@ -44,6 +44,7 @@
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
 #include "core/ids.hpp"
+#include "core/local_reply.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "core/tracing.hpp"
@@ -58,6 +59,7 @@ namespace {
 
 using actors::backend_index;
 using h2::slice;
+using reason = core::local_reason;
 
 /// Request headers scg does not pass on as they came: HTTP/2 hop headers,
 /// the ones scg sets itself, and the client's credential (it is for scg,
@@ -106,17 +108,6 @@ bool follows_operation(rpc r, const request_fields& f) {
   if (f.operation_id.empty()) return false;
   return r == rpc::reattach_execute || r == rpc::release_execute ||
          (r == rpc::interrupt && f.interrupt_type == 3);
-}
-
-/// The gRPC status for a stream the backend reset with HTTP/2 error `code`.
-grpc::StatusCode status_of_reset(std::uint32_t code) {
-  switch (code) {
-    case NGHTTP2_REFUSED_STREAM: return grpc::StatusCode::UNAVAILABLE;
-    case NGHTTP2_CANCEL: return grpc::StatusCode::CANCELLED;
-    case NGHTTP2_ENHANCE_YOUR_CALM: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case NGHTTP2_INADEQUATE_SECURITY: return grpc::StatusCode::PERMISSION_DENIED;
-    default: return grpc::StatusCode::INTERNAL;
-  }
 }
 
 /// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
@@ -230,22 +221,25 @@ class forward_call final : public h2::server_stream,
     metadata_.push_back({std::string(name), std::string(value)});
   }
 
+  void on_request_headers_too_large(std::size_t limit) override { header_limit_hit_ = limit; }
+
   void on_request_headers_done() override {
     rpc_ = rpc_from_path(method_);
     auto rid = find_header("x-request-id");
     request_id_ = rid ? std::string(*rid) : core::new_request_id();
     if (fx_.tracer) start_span();
+    if (header_limit_hit_ > 0)
+      return finish_local(reason::headers_too_large, "scg: the request's header block is larger than " +
+                                                         std::to_string(header_limit_hit_ >> 10) +
+                                                         " KiB (SETTINGS_MAX_HEADER_LIST_SIZE)");
     if (timeout_) arm_timer(std::chrono::steady_clock::now() + *timeout_);
     if (bad_method_ || content_type_.compare(0, 16, "application/grpc") != 0) {
-      core::bump(core::global_metrics().forward_invalid_argument_total);
-      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+      return finish_local(reason::not_grpc,
                           "scg takes gRPC calls (POST, content-type application/grpc), not " +
                               (content_type_.empty() ? std::string("a call without a content-type") : content_type_));
     }
     if (method_.compare(0, service_prefix.size(), service_prefix) != 0) {
-      core::bump(core::global_metrics().forward_unimplemented_total);
-      log_.debug("unimplemented request_id={} method={}", request_id_, method_);
-      return finish_local(grpc::StatusCode::UNIMPLEMENTED,
+      return finish_local(reason::unknown_method,
                           "scg forwards only " + std::string(service_prefix) + "* methods, not " + method_);
     }
     authenticate();
@@ -301,8 +295,7 @@ class forward_call final : public h2::server_stream,
 
   void shed(const std::string& why) override {
     if (finished_) return;
-    log_.debug("shed request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), why);
-    finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+    finish_local(reason::buffer_shed, why);
   }
 
   /// A client that opened a stream and trickles (or never sends) its first
@@ -311,12 +304,7 @@ class forward_call final : public h2::server_stream,
     const auto limit = w_.tune().first_message_timeout;
     if (finished_ || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
       return;
-    core::bump(core::global_metrics().forward_first_message_timeouts_total);
-    static core::log_throttle throttle;
-    if (auto held = throttle.pass(); held >= 0)
-      log_.info("first_message_timeout request_id={} rpc={} peer={} limit_ms={} suppressed={}", request_id_,
-                rpc_name(rpc_), down_->peer(), limit.count(), held);
-    finish_local(grpc::StatusCode::DEADLINE_EXCEEDED,
+    finish_local(reason::first_message_timeout,
                  "scg: the request's first message did not arrive within " + std::to_string(limit.count() / 1000) +
                      " s of its headers (limits.first_message_secs)");
   }
@@ -358,20 +346,15 @@ class forward_call final : public h2::server_stream,
     if (finished_ || pending_status_) return;  // pending: on_clone_bound finishes
     if (!got_headers_) {
       // Nothing came from the backend: the gateway could not reach it.
-      core::bump(core::global_metrics().forward_backend_unavailable_total);
       backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
-      const std::string reason = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
-      log_.warn("backend_unavailable request_id={} rpc={} backend={} reason=\"{}\"", request_id_, rpc_name(rpc_),
-                backend_->name, reason);
-      return finish_local(grpc::StatusCode::UNAVAILABLE,
-                          "scg: backend " + backend_->name + " (" + backend_->address + ") is unavailable: " + reason);
+      const std::string cause = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
+      return finish_local(reason::backend_unavailable,
+                          "scg: backend " + backend_->name + " (" + backend_->address + ") is unavailable: " + cause);
     }
     if (error_code == NGHTTP2_NO_ERROR && why.empty())
-      return finish_local(grpc::StatusCode::INTERNAL,
+      return finish_local(reason::backend_no_status,
                           "scg: backend " + backend_->name + " ended the stream without a gRPC status");
-    log_.info("backend_reset request_id={} rpc={} backend={} http2_error={} reason=\"{}\"", request_id_,
-              rpc_name(rpc_), backend_->name, error_code, why);
-    finish_local(why.empty() ? status_of_reset(error_code) : grpc::StatusCode::UNAVAILABLE,
+    finish_local(core::reason_of_reset(error_code, !why.empty()),
                  "scg: backend " + backend_->name + " broke off the stream: " +
                      (why.empty() ? "HTTP/2 error " + std::to_string(error_code) : why));
   }
@@ -430,8 +413,7 @@ class forward_call final : public h2::server_stream,
     if (h.length > fx_.limits.max_message_bytes) {
       down_->consume(down_stream_, request_prefix_.bytes());
       request_prefix_.clear();
-      core::bump(core::global_metrics().forward_oversized_total);
-      finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+      finish_local(reason::request_too_large,
                    "scg: a request message of " + std::to_string(h.length) +
                        " bytes is larger than limits.max_message_bytes (" +
                        std::to_string(fx_.limits.max_message_bytes) + ")");
@@ -454,8 +436,7 @@ class forward_call final : public h2::server_stream,
     }
     // Later messages (AddArtifacts) carry the verified user too.
     if (rewrite_users_ && !rewrite_user(msg)) {
-      core::bump(core::global_metrics().forward_invalid_argument_total);
-      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+      return finish_local(reason::invalid_message,
                           std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
     if (up_stream_ > 0) {
@@ -504,11 +485,8 @@ class forward_call final : public h2::server_stream,
     if (h.length > fx_.limits.max_message_bytes) {
       up_->consume(up_stream_, response_prefix_.bytes());
       response_prefix_.clear();
-      core::bump(core::global_metrics().forward_oversized_total);
-      log_.warn("response_too_large request_id={} rpc={} backend={} bytes={} limit={}", request_id_, rpc_name(rpc_),
-                backend_->name, h.length, fx_.limits.max_message_bytes);
       // The client still gets every message before this one.
-      finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+      finish_local(reason::response_too_large,
                    "scg: backend " + backend_->name + " sent a message of " + std::to_string(h.length) +
                        " bytes, larger than limits.max_message_bytes (" +
                        std::to_string(fx_.limits.max_message_bytes) + ")",
@@ -585,14 +563,12 @@ class forward_call final : public h2::server_stream,
         bool too_large = false;
         auto body = readable_body(first_, request_encoding_, &too_large);
         if (!body && too_large) {
-          core::bump(core::global_metrics().forward_oversized_total);
-          return finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED,
+          return finish_local(reason::request_too_large,
                               "scg: a request message inflates to more than limits.max_message_bytes (" +
                                   std::to_string(fx_.limits.max_message_bytes) + ") bytes");
         }
         if (!body) {
-          core::bump(core::global_metrics().forward_invalid_argument_total);
-          return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+          return finish_local(reason::unreadable_encoding,
                               "request message is compressed with grpc-encoding \"" + request_encoding_ +
                                   "\", which scg cannot read (gzip or deflate only)");
         }
@@ -602,9 +578,7 @@ class forward_call final : public h2::server_stream,
         scan = scan_request(rpc_, first_.body(), fields_);
       }
       if (!scan) {
-        core::bump(core::global_metrics().forward_invalid_argument_total);
-        log_.debug("invalid_argument request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), scan.reason);
-        return finish_local(grpc::StatusCode::INVALID_ARGUMENT, std::string("request is not a valid ") +
+        return finish_local(reason::invalid_message, std::string("request is not a valid ") +
                                                                     std::string(rpc_name(rpc_)) +
                                                                     " message: " + scan.reason);
       }
@@ -618,8 +592,7 @@ class forward_call final : public h2::server_stream,
                       : fields_.user_id;
     rewrite_users_ = identity_.verified || spark_user_ != sent_user;
     if (rewrite_users_ && has_message && !rewrite_user(first_)) {
-      core::bump(core::global_metrics().forward_invalid_argument_total);
-      return finish_local(grpc::StatusCode::INVALID_ARGUMENT,
+      return finish_local(reason::invalid_message,
                           std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
     has_first_message_ = has_message;
@@ -668,9 +641,7 @@ class forward_call final : public h2::server_stream,
   void on_lost_backend(backend_index b) {
     const auto& lost = *fx_.backends[b];
     if (!fx_.rebind_lost) {
-      core::bump(core::global_metrics().forward_backend_lost_total);
-      log_.info("backend_lost request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), lost.name);
-      return finish_local(grpc::StatusCode::FAILED_PRECONDITION,
+      return finish_local(reason::backend_lost,
                           "scg: the session's backend " + lost.name + " (" + lost.address +
                               ") was lost; start a new session (on_backend_lost.action: fail)");
     }
@@ -680,13 +651,7 @@ class forward_call final : public h2::server_stream,
   /// The router's answer for a new or rebound session.
   void on_route(const actors::route_result& r) {
     if (finished_) return;
-    if (!r.backend) {
-      log_.info("no_backend request_id={} rpc={} reason=\"{}\"", request_id_, rpc_name(rpc_), r.error);
-      if (r.retry_after_ms > 0)
-        return finish_retry_later(static_cast<grpc::StatusCode>(r.code), r.error,
-                                  std::chrono::milliseconds(r.retry_after_ms));
-      return finish_local(static_cast<grpc::StatusCode>(r.code), r.error);
-    }
+    if (!r.backend) return finish_local(r.refusal, r.error, std::chrono::milliseconds(r.retry_after_ms));
     log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
                fx_.backends[*r.backend]->name);
     start_upstream(*r.backend);
@@ -707,7 +672,7 @@ class forward_call final : public h2::server_stream,
 
   void start_upstream(backend_index b) {
     if (finished_) return;
-    if (fx_.backends.empty()) return finish_local(grpc::StatusCode::UNAVAILABLE, "scg: no backends are configured");
+    if (fx_.backends.empty()) return finish_local(reason::no_backend, "scg: no backends are configured");
     routed_ = true;
     backend_index_ = b;
     backend_ = fx_.backends[b];
@@ -858,10 +823,9 @@ class forward_call final : public h2::server_stream,
     auto r = fx_.auth->authenticate(find_header("authorization"),
                                     [this](std::string_view key) { return find_header(key); });
     if (auto* fail = std::get_if<auth::failure>(&r)) {
-      core::bump(core::global_metrics().auth_failures_total);
       core::audit("auth.failure", {{"rpc", rpc_name(rpc_)}, {"reason", fail->reason}, {"request_id", request_id_},
                                    {"peer", down_->peer()}});
-      return finish_local(grpc::StatusCode::UNAUTHENTICATED, "scg: " + fail->reason);
+      return finish_local(reason::unauthenticated, "scg: " + fail->reason);
     }
     identity_ = std::get<auth::identity>(std::move(r));
   }
@@ -892,14 +856,13 @@ class forward_call final : public h2::server_stream,
     if (fx_.limiter && fx_.limiter->enabled() && !starts_no_work) {
       auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
       if (!a.allowed) {
-        core::bump(core::global_metrics().rate_limited_total);
         core::audit("rate_limited", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
                                      {"request_id", request_id_}});
-        finish_retry_later(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "scg: rate limit of tenant " + identity_.tenant + " reached (rate_limits); retry after " +
-                               std::to_string(a.retry_after.count()) + " ms",
-                           a.retry_after);
+        finish_local(reason::rate_limited,
+                     "scg: rate limit of tenant " + identity_.tenant + " reached (rate_limits); retry after " +
+                         std::to_string(a.retry_after.count()) + " ms",
+                     a.retry_after);
         return false;
       }
     }
@@ -919,10 +882,7 @@ class forward_call final : public h2::server_stream,
       }
       if (a) {
         if (a->killed) {
-          core::bump(core::global_metrics().executions_reattach_refused_total);
-          log_.info("reattach_refused request_id={} operation_id={} reason=\"ended at max_execution_secs\"",
-                    request_id_, fields_.operation_id);
-          finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, killed_message(fields_.operation_id));
+          finish_local(reason::reattach_of_killed, killed_message(fields_.operation_id));
           return false;
         }
         execution_op_ = fields_.operation_id;
@@ -931,14 +891,13 @@ class forward_call final : public h2::server_stream,
       }
     }
     if (!fx_.executions.try_take(identity_.tenant, mine)) {
-      core::bump(core::global_metrics().executions_refused_total);
       core::audit("execution.refused", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                         {"session", fields_.session_id}, {"request_id", request_id_}});
-      finish_retry_later(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                         "scg: tenant " + identity_.tenant + " runs " + std::to_string(mine) +
-                             " executions through this replica, its share of limits.max_executions (" +
-                             std::to_string(cap) + "); retry later",
-                         std::chrono::seconds(1));
+      finish_local(reason::executions_full,
+                   "scg: tenant " + identity_.tenant + " runs " + std::to_string(mine) +
+                       " executions through this replica, its share of limits.max_executions (" +
+                       std::to_string(cap) + "); retry later",
+                   std::chrono::seconds(1));
       return false;
     }
     holds_execution_slot_ = true;
@@ -993,7 +952,7 @@ class forward_call final : public h2::server_stream,
       if (self->execution_limit_ && std::chrono::steady_clock::now() >= *self->execution_limit_) {
         self->kill_execution();
       } else {
-        self->finish_local(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+        self->finish_local(reason::deadline, "Deadline Exceeded");
       }
       self->w_.flush_dirty();
     });
@@ -1010,7 +969,6 @@ class forward_call final : public h2::server_stream,
   /// it, the client why its stream ended (RESOURCE_EXHAUSTED without
   /// RetryInfo: no client retries or reattaches it; a reattach is told the same).
   void kill_execution() {
-    const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
     const auto& op = !operation_id_.empty() ? operation_id_ : fields_.operation_id;
     if (!op.empty())
       send_interrupt(*backend_, fields_.session_id, spark_user_, op, fx_.backend_tokens.for_tenant(identity_.tenant),
@@ -1019,13 +977,10 @@ class forward_call final : public h2::server_stream,
       fx_.executions.kill(execution_op_, actors::now_ms());
       execution_killed_ = true;
     }
-    core::bump(core::global_metrics().executions_killed_total);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"operation", op},
                                      {"backend", backend_->name}, {"request_id", request_id_}});
-    log_.warn("execution_killed request_id={} backend={} operation_id={} limit_secs={}", request_id_, backend_->name,
-              op, secs);
-    finish_local(grpc::StatusCode::RESOURCE_EXHAUSTED, killed_message(op));
+    finish_local(reason::execution_too_long, killed_message(op));
   }
 
   /// Hides the backend's token when a server echoes it in Config (it does
@@ -1093,9 +1048,17 @@ class forward_call final : public h2::server_stream,
       pending_status_ = std::move(status);
       return;
     }
-    int code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+    const h2::header* grpc_status = nullptr;
     for (const auto& h : status)
-      if (h.name == "grpc-status") code = std::atoi(h.value.c_str());
+      if (h.name == "grpc-status") grpc_status = &h;
+    if (!grpc_status)
+      return finish_local(reason::backend_no_status,
+                          "scg: backend " + backend_->name + " ended the stream without a gRPC status");
+    const auto parsed = core::parse_grpc_status(grpc_status->value);
+    if (!parsed)
+      return finish_local(reason::backend_bad_status, "scg: backend " + backend_->name + " sent grpc-status \"" +
+                                                          grpc_status->value.substr(0, 32) + "\", not a status code");
+    const int code = *parsed;
     if (code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED) && execution_limit_ &&
         std::chrono::steady_clock::now() >= *execution_limit_)
       return kill_execution();
@@ -1114,22 +1077,27 @@ class forward_call final : public h2::server_stream,
     down_->resume(down_stream_);
   }
 
-  /// Refuses the call with `code` and a google.rpc.RetryInfo detail, which
-  /// Spark clients honour by waiting `delay` before retrying.
-  void finish_retry_later(grpc::StatusCode code, const std::string& message, std::chrono::milliseconds delay) {
-    if (fx_.limits.retry_unavailable) code = grpc::StatusCode::UNAVAILABLE;  // limits.retry_status
-    finish_local(code, message, auth::retry_status_details(static_cast<int>(code), message, delay));
-  }
-
-  /// Ends the call with a status scg produced itself (logged by the caller):
-  /// trailers after what the client already has (and, with `keep_queued`,
-  /// the responses scg holds for it), or a trailers-only answer; the backend
-  /// stream, if any, is cancelled.
-  void finish_local(grpc::StatusCode code, const std::string& message, const std::string& details = {},
+  /// Ends the call with a status scg produced itself, for `why` (one row of
+  /// core/local_reply.hpp: its code, counters and log event; a "retry later"
+  /// row also gets a google.rpc.RetryInfo of `retry_after`, 1 s by default,
+  /// which Spark clients honour). Trailers follow what the client already has
+  /// (and, with `keep_queued`, the responses scg holds for it), or make a
+  /// trailers-only answer; the backend stream, if any, is cancelled.
+  void finish_local(reason why, const std::string& message, std::chrono::milliseconds retry_after = {},
                     bool keep_queued = false) {
     if (finished_) return;
+    const auto& row = core::reply_of(why);
+    int code = row.code;
+    std::string details;
+    if (row.retry_later) {
+      if (fx_.limits.retry_unavailable) code = core::grpc_code::unavailable;  // limits.retry_status
+      details = auth::retry_status_details(code, message,
+                                           retry_after.count() > 0 ? retry_after : std::chrono::milliseconds(1000));
+    }
+    core::count_local_reply(why);
+    log_reply(row, code, message);
     finished_ = true;
-    final_code_ = static_cast<int>(code);
+    final_code_ = code;
     cancel_backend();
     to_backend_.drop();
     if (!keep_queued) to_client_.drop();
@@ -1138,7 +1106,7 @@ class forward_call final : public h2::server_stream,
       status.push_back({":status", "200"});
       status.push_back({"content-type", "application/grpc"});
     }
-    status.push_back({"grpc-status", std::to_string(static_cast<int>(code))});
+    status.push_back({"grpc-status", std::to_string(code)});
     if (!message.empty()) status.push_back({"grpc-message", h2::percent_encode(message)});
     if (!details.empty()) status.push_back({"grpc-status-details-bin", h2::base64_encode(details)});
     if (down_closed_) return;
@@ -1151,10 +1119,26 @@ class forward_call final : public h2::server_stream,
     down_->resume(down_stream_);
   }
 
+  /// One line per local answer, named by its reason; info and warn lines at
+  /// most once per reason per 10 s (a flood says how many it held back).
+  void log_reply(const core::local_reply& row, int code, const std::string& message) {
+    static std::array<core::log_throttle, core::local_reason_count> throttles;
+    const auto level = row.level == core::reply_level::debug  ? spdlog::level::debug
+                       : row.level == core::reply_level::info ? spdlog::level::info
+                                                              : spdlog::level::warn;
+    if (!log_.should_log(level)) return;
+    std::int64_t held = 0;
+    if (level != spdlog::level::debug && (held = throttles[static_cast<std::size_t>(row.reason)].pass()) < 0) return;
+    log_.log(level, "{} request_id={} rpc={} backend={} peer={} code={} suppressed={} message=\"{}\"", row.name,
+             request_id_, rpc_name(rpc_), backend_ ? backend_->name : std::string("-"), down_->peer(),
+             core::status_code_name(code), held, message);
+  }
+
+
  public:
   /// Cancels the call at the shutdown deadline.
   void abandon(const std::string& why) {
-    finish_local(grpc::StatusCode::UNAVAILABLE, why);
+    finish_local(reason::shutting_down, why);
   }
 
  private:
@@ -1173,6 +1157,7 @@ class forward_call final : public h2::server_stream,
   std::string method_, content_type_, request_encoding_, response_encoding_;
   std::optional<std::chrono::nanoseconds> timeout_;
   bool bad_method_ = false;
+  std::size_t header_limit_hit_ = 0;  // the header block passed this many bytes: the rest was dropped
 
   // the two directions
   h2::pipe to_backend_, to_client_;

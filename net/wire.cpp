@@ -6,17 +6,6 @@
 namespace scg::net {
 namespace {
 
-constexpr std::array<std::string_view, rpc_count> method_names = {
-    "ExecutePlan",  "AnalyzePlan",     "Config",         "AddArtifacts",   "ArtifactStatus",
-    "Interrupt",    "ReattachExecute", "ReleaseExecute", "ReleaseSession", "FetchErrorDetails",
-    "CloneSession", "GetStatus",       "unknown",
-};
-
-std::size_t index_of(rpc r) {
-  // An out-of-range value (a bad cast) reads as unknown rather than past the tables.
-  return std::min(static_cast<std::size_t>(r), rpc_count - 1);
-}
-
 /// Where an rpc's request keeps its routing fields; 0 means "not carried".
 /// Fields 1 (session_id) and 2 (user_context) are common to every request.
 struct request_layout {
@@ -251,27 +240,6 @@ step read_user_context(reader& r, const field& f, std::string& user_id, std::str
 
 }  // namespace
 
-rpc rpc_from_path(std::string_view path) {
-  if (path.substr(0, service_prefix.size()) != service_prefix) return rpc::unknown;
-  path.remove_prefix(service_prefix.size());
-  for (std::size_t i = 0; i + 1 < rpc_count; ++i)
-    if (path == method_names[i]) return static_cast<rpc>(i);
-  return rpc::unknown;
-}
-
-std::string_view rpc_name(rpc r) { return method_names[index_of(r)]; }
-
-bool is_unary(rpc r) {
-  switch (r) {
-    case rpc::execute_plan:
-    case rpc::reattach_execute:
-    case rpc::add_artifacts:
-    case rpc::unknown:
-      return false;
-    default:
-      return r < rpc::unknown;
-  }
-}
 
 scan_result scan_request(rpc r, const segments& msg, request_fields& out) {
   out.session_id.clear();
@@ -281,7 +249,7 @@ scan_result scan_request(rpc r, const segments& msg, request_fields& out) {
   out.new_session_id.clear();
   out.interrupt_type = 0;
   out.release_all = false;
-  const request_layout& l = request_layouts[index_of(r)];
+  const request_layout& l = request_layouts[rpc_index(r)];
   scan_result res;
   reader rd(msg);
   // A known field number with an unexpected wire type is an unknown field, as in protobuf.
@@ -313,7 +281,7 @@ scan_result scan_response(rpc r, const segments& msg, response_fields& out) {
   out.new_session_id.clear();
   out.new_server_side_session_id.clear();
   out.result_complete = false;
-  const response_layout& l = response_layouts[index_of(r)];
+  const response_layout& l = response_layouts[rpc_index(r)];
   scan_result res;
   reader rd(msg);
   auto on = [&](reader& rd, const field& f) {

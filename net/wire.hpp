@@ -9,38 +9,18 @@
 #include <string_view>
 #include <vector>
 
+#include "core/rpc.hpp"
+
 namespace scg::net {
 
-/// The Spark Connect RPCs scg knows; `unknown` is any other method of the service.
-enum class rpc : std::uint8_t {
-  execute_plan,
-  analyze_plan,
-  config,
-  add_artifacts,
-  artifact_status,
-  interrupt,
-  reattach_execute,
-  release_execute,
-  release_session,
-  fetch_error_details,
-  clone_session,
-  get_status,
-  unknown,
-};
-inline constexpr std::size_t rpc_count = 13;
-
-/// The gRPC path prefix of the service scg fronts.
-inline constexpr std::string_view service_prefix = "/spark.connect.SparkConnectService/";
-
-/// Maps a full method path ("/spark.connect.SparkConnectService/Config") to an
-/// rpc; any other method of the service is `unknown`.
-rpc rpc_from_path(std::string_view path);
-
-/// The method name as Spark spells it ("ExecutePlan"), "unknown" for unknown.
-std::string_view rpc_name(rpc r);
-
-/// True for RPCs whose request and response are single messages.
-bool is_unary(rpc r);
+// The rpc enum and its names live in core/rpc.hpp (metrics count by rpc);
+// the data plane names them net::rpc.
+using core::is_unary;
+using core::rpc;
+using core::rpc_count;
+using core::rpc_from_path;
+using core::rpc_name;
+using core::service_prefix;
 
 /// A message as gRPC holds it: one or more contiguous byte segments.
 struct segment {

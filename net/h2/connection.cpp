@@ -193,6 +193,7 @@ void connection::close(const std::string& why) {
   if (closed_) return;
   closed_ = true;
   closed_why_ = why;
+  closed_peer_ = peer();
   asio::error_code ignored;
   raw_socket().close(ignored);
   on_closed(why);
@@ -493,8 +494,17 @@ void downstream_connection::tick(steady_time now) {
   for (auto& c : open) c->tick(now);
 }
 
-void downstream_connection::on_closed(const std::string&) {
+void downstream_connection::on_closed(const std::string& why) {
   if (tune_.client_connections) tune_.client_connections->fetch_sub(1, std::memory_order_relaxed);
+  // The client broke HTTP/2 (nghttp2 sent a GOAWAY for it, or refused what it read): counted and logged once.
+  if (!protocol_error_.empty() || why.rfind("HTTP/2 error", 0) == 0) {
+    core::bump(core::global_metrics().conn_protocol_errors_total);
+    static core::log_throttle throttle;
+    if (auto held = throttle.pass(); held >= 0)
+      net_log().info("client_protocol_error peer={} goaway=\"{}\" closed=\"{}\" suppressed={}", closed_peer(),
+                     protocol_error_, why, held);
+  }
+
   auto streams = std::move(streams_);
   streams_.clear();
   for (auto& [id, c] : streams) c->on_server_stream_closed(NGHTTP2_CANCEL);
@@ -515,9 +525,14 @@ int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* fram
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: none in gRPC
   auto* c = self->find(frame->hd.stream_id);
   if (!c) return 0;
+  const bool was_over = self->header_bytes_ > self->tune_.max_header_bytes;
   self->header_bytes_ += namelen + valuelen + 32;
-  if (self->header_bytes_ > self->tune_.max_header_bytes) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
-  c->on_request_header(sv(name, namelen), sv(value, valuelen));
+  if (self->header_bytes_ <= self->tune_.max_header_bytes) {
+    c->on_request_header(sv(name, namelen), sv(value, valuelen));
+  } else if (!was_over) {
+    // nghttp2 decodes the rest (HPACK state needs it); the call keeps none of it.
+    c->on_request_headers_too_large(self->tune_.max_header_bytes);
+  }
   return 0;
 }
 
@@ -535,7 +550,14 @@ int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* 
   return 0;
 }
 
-int downstream_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void*) {
+int downstream_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  // nghttp2 answers a client's protocol error with a GOAWAY naming it: kept for the close.
+  if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+    auto* self = static_cast<downstream_connection*>(user);
+    self->protocol_error_ = std::string(nghttp2_http2_strerror(frame->goaway.error_code)) + " " +
+                            std::string(reinterpret_cast<const char*>(frame->goaway.opaque_data),
+                                        std::min<std::size_t>(frame->goaway.opaque_data_len, 200));
+  }
   // Answered before the client ended its request (a refusal, a timeout):
   // the stream is reset NO_ERROR, as gRPC servers do, so it ends now and
   // its call with it, however the client goes on.

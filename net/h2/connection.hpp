@@ -67,6 +67,9 @@ class server_stream {
   virtual ~server_stream() = default;
   virtual void on_request_header(std::string_view name, std::string_view value) = 0;
   virtual void on_request_headers_done() = 0;
+  /// The header block grew past `limit` bytes (max_header_bytes): the rest of
+  /// it is dropped, and the call answers when the block ends.
+  virtual void on_request_headers_too_large(std::size_t limit) = 0;
   virtual void on_request_data(slice s) = 0;
   virtual void on_request_end() = 0;
   /// The stream closed; error_code is the HTTP/2 code (0: a clean end).
@@ -131,6 +134,8 @@ class connection : public std::enable_shared_from_this<connection> {
 
   /// "ipv4:127.0.0.1:5000", as gRPC names peers.
   std::string peer() const;
+  /// peer() as it was when the connection closed (the socket is gone after).
+  const std::string& closed_peer() const { return closed_peer_; }
 
   /// `n` received bytes at `data` as a slice: shared with the read buffer
   /// while nghttp2 parses it, else a copy (TLS).
@@ -151,6 +156,7 @@ class connection : public std::enable_shared_from_this<connection> {
   nghttp2_session* session_ = nullptr;
   bool writable_ = true;  // false while an upstream connection is still connecting
   std::string closed_why_;
+  std::string closed_peer_;  // peer() as it was before the socket closed
   keepalive_policy keepalive_;
   keepalive_state alive_;
 

@@ -82,6 +82,7 @@ class downstream_connection final : public connection {
   steady_time idle_since_ = born_;  // when its last stream closed (or it opened)
   bool preface_done_ = false;
   std::optional<steady_time> goaway_sent_;  // idle: told to go away, closed soon after
+  std::string protocol_error_;  // the GOAWAY nghttp2 sent for the client's HTTP/2 error ("" when none)
 };
 
 class upstream_connection final : public connection {

@@ -82,7 +82,6 @@ void worker::relieve() {
   const auto budget_mib = tune_.worker_buffer_bytes >> 20;
   for (auto& h : calls) {
     if (buffered.load(std::memory_order_relaxed) <= tune_.worker_buffer_bytes) break;
-    core::bump(core::global_metrics().buffer_shed_total);
     if (auto held = throttle.pass(); held >= 0)
       spdlog::get("forward")->warn("buffer_budget_spent worker={} held_bytes={} budget_mib={} suppressed={}", index_,
                                    h.bytes, budget_mib, held);
