@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "actors/health.hpp"
-#include "auth/protowire.hpp"
+#include "core/protowire.hpp"
 
 namespace scg::actors {
 
@@ -70,7 +70,7 @@ bool resting(const backend_actor_state& st) {
 /// answer, even an error status, shows the server alive.
 const std::string& probe_request() {
   static const std::string bytes = [] {
-    namespace pw = auth::protowire;
+    namespace pw = core::protowire;
     std::string user_context, operation, out;
     pw::put_bytes(user_context, 1, "scg-health-probe");
     pw::put_bytes(operation, 4, "");

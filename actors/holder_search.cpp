@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 
-#include "auth/protowire.hpp"
+#include "core/protowire.hpp"
 #include "core/ids.hpp"
 
 namespace scg::actors {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "actors/backend.hpp"
-#include "auth/protowire.hpp"
+#include "core/protowire.hpp"
 
 namespace scg::actors {
 
@@ -44,7 +44,7 @@ inline holder_answer classify_holder_answer(int code, std::string_view message) 
 /// The ReattachExecuteRequest asking for operation `op_id` of the session
 /// (session_id 1, user_context 2 { user_id 1 }, operation_id 3, observed 6).
 inline std::string holder_request(const holder_query& q, std::string_view op_id) {
-  namespace pw = auth::protowire;
+  namespace pw = core::protowire;
   std::string user_context, out;
   pw::put_bytes(user_context, 1, q.user_id);
   pw::put_bytes(out, 1, q.session_id);

@@ -37,6 +37,14 @@ using backend_atom = caf::atom_constant<caf::atom("backend")>;  // (name): joine
 
 // router ← cluster actor
 using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released on a peer
+using members_atom = caf::atom_constant<caf::atom("members")>;  // (names, routers): the live members
+
+// router → cluster actor: replicate a local write
+using put_atom = caf::atom_constant<caf::atom("put")>;      // (key, backend name, session, started wall ms or 0)
+using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
+
+// router ↔ router of another replica (remote): the key's owner decides
+using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key, backend name) -> backend name
 
 // router ← session actor
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten

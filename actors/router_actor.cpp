@@ -9,8 +9,7 @@
 #include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
 #include "auth/auth_config.hpp"
-#include "cluster/messages.hpp"
-#include "cluster/rendezvous.hpp"
+#include "core/rendezvous.hpp"
 #include "core/audit.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
@@ -150,7 +149,7 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   }
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
-  replicate(self, cluster::put_atom::value, "s/" + key, st.backends[b]->name, std::string(), std::uint64_t{0});
+  replicate(self, put_atom::value, "s/" + key, st.backends[b]->name, std::string(), std::uint64_t{0});
   if (auto k = session_key::parse(key))
     core::audit(is_new ? "session.create" : "session.rebind",
                 {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id},
@@ -172,11 +171,11 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
   auto& st = self->state;
   std::vector<std::string> all = st.member_names;
   all.push_back(st.settings.node_name);
-  auto owner = cluster::owner_of(key, all);
+  auto owner = core::owner_of(key, all);
   auto it = std::find(st.member_names.begin(), st.member_names.end(), owner);
   if (it == st.member_names.end()) return done(decide_here(self, key));
   auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
-  self->request(owner_router, ask_timeout, cluster::decide_atom::value, key)
+  self->request(owner_router, ask_timeout, decide_atom::value, key)
       .then(
           [=](const std::string& name) {
             if (name.empty()) return done({std::nullopt, "scg: the owner replica " + owner +
@@ -287,21 +286,21 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // In a cluster the key's owner confirms (a concurrent decision there stands).
         auto bind_found = [=](const std::string& name) {
           auto r = adopt(self, key, name);
-          if (r.backend) replicate(self, cluster::put_atom::value, "s/" + key, self->state.backends[*r.backend]->name,
+          if (r.backend) replicate(self, put_atom::value, "s/" + key, self->state.backends[*r.backend]->name,
                                    std::string(), std::uint64_t{0});
           for (auto& d : waiting) d(r);
         };
         std::vector<std::string> all = st.member_names;
         all.push_back(st.settings.node_name);
-        auto owner = std::find(st.member_names.begin(), st.member_names.end(), cluster::owner_of(key, all));
+        auto owner = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || owner == st.member_names.end()) return bind_found(st.backends[b]->name);
         auto owner_router = st.member_routers[static_cast<std::size_t>(owner - st.member_names.begin())];
         const auto name = st.backends[b]->name;
-        self->request(owner_router, ask_timeout, cluster::decide_atom::value, key, name)
+        self->request(owner_router, ask_timeout, decide_atom::value, key, name)
             .then([=](const std::string& in_force) { bind_found(in_force.empty() ? name : in_force); },
                   [=](const caf::error&) { bind_found(name); });
       },
-      [=](cluster::decide_atom, const std::string& key) -> caf::result<std::string> {
+      [=](decide_atom, const std::string& key) -> caf::result<std::string> {
         // A peer asks us, the key's owner, to decide.
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
@@ -321,7 +320,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
                 [=](const caf::error&) mutable { answer(decide_here(self, key)); });
         return rp;
       },
-      [=](cluster::members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {
+      [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {
         auto& st = self->state;
         st.cluster = caf::actor_cast<caf::actor>(self->current_sender());
         st.member_names = std::move(names);
@@ -337,7 +336,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           // Deleted first, then bound anew: peers see a deliberate move, not
           // two replicas disagreeing (which they would count as a conflict).
           st.table->erase_session(key);
-          replicate(self, cluster::erase_atom::value, "s/" + key);
+          replicate(self, erase_atom::value, "s/" + key);
         }
         auto r = decide_here(self, key, false);
         if (r.backend) {
@@ -354,14 +353,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         if (!st.cluster || st.member_names.empty()) return true;
         std::vector<std::string> all = st.member_names;
         all.push_back(st.settings.node_name);
-        return cluster::owner_of(key, all) == st.settings.node_name;
+        return core::owner_of(key, all) == st.settings.node_name;
       },
       [=](health_atom, const std::string& name, bool healthy) {
-        replicate(self, cluster::put_atom::value, "h/" + name,
+        replicate(self, put_atom::value, "h/" + name,
                   std::string(healthy ? "healthy" : "unhealthy"), std::string(), std::uint64_t{0});
       },
       [=](load_atom, const std::string& name, double utilization) {
-        replicate(self, cluster::put_atom::value, "l/" + name, std::to_string(utilization), std::string(), std::uint64_t{0});
+        replicate(self, put_atom::value, "l/" + name, std::to_string(utilization), std::string(), std::uint64_t{0});
       },
       [=](clone_atom, const std::string& key, backend_index backend, const route_callback& done) {
         auto& st = self->state;
@@ -369,23 +368,23 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
         const auto& name = st.backends[backend]->name;
-        replicate(self, cluster::put_atom::value, "s/" + key, name, std::string(), std::uint64_t{0});
+        replicate(self, put_atom::value, "s/" + key, name, std::string(), std::uint64_t{0});
         // The clone's first call may reach any replica the moment the client
         // has its answer: the key's owner, whom a replica without the binding
         // asks, learns it before the answer goes out.
         std::vector<std::string> all = st.member_names;
         all.push_back(st.settings.node_name);
-        auto it = std::find(st.member_names.begin(), st.member_names.end(), cluster::owner_of(key, all));
+        auto it = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || it == st.member_names.end()) return done({backend, {}});
         auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
-        self->request(owner_router, ask_timeout, cluster::decide_atom::value, key, name)
+        self->request(owner_router, ask_timeout, decide_atom::value, key, name)
             .then([=](const std::string&) { done({backend, {}}); },
                   [=](const caf::error&) {
                     core::bump(core::global_metrics().router_owner_unreachable_total);
                     done({backend, {}});
                   });
       },
-      [=](cluster::decide_atom, const std::string& key, const std::string& name) -> std::string {
+      [=](decide_atom, const std::string& key, const std::string& name) -> std::string {
         // A peer bound a clone and tells us, the key's owner, before its client hears of it.
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
@@ -395,7 +394,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
         if (auto op = st.table->find_op(op_id, now_ms()))
-          replicate(self, cluster::put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key,
+          replicate(self, put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key,
                     static_cast<std::uint64_t>(op->started_wall_ms));
         // A session of this replica gets its actor with its first live operation.
         auto it = st.sessions.find(key);
@@ -405,7 +404,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
-        replicate(self, cluster::erase_atom::value, "o/" + op_id);
+        replicate(self, erase_atom::value, "o/" + op_id);
         to_session(self, key, op_done_atom::value, std::move(op_id));
       },
       [=](release_atom, const std::string& key) {
@@ -413,7 +412,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // session's actor (a binding learned from a peer has none here).
         core::bump(core::global_metrics().router_sessions_released_total);
         self->state.table->erase_session(key);
-        replicate(self, cluster::erase_atom::value, "s/" + key);
+        replicate(self, erase_atom::value, "s/" + key);
         if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
           self->state.sessions.erase(it);
         to_session(self, key, release_atom::value);
@@ -449,9 +448,9 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         self->state.backends[*b]->draining = on;
         spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);
         if (on)
-          replicate(self, cluster::put_atom::value, "d/" + name, std::string("draining"), std::string(), std::uint64_t{0});
+          replicate(self, put_atom::value, "d/" + name, std::string("draining"), std::string(), std::uint64_t{0});
         else
-          replicate(self, cluster::erase_atom::value, "d/" + name);
+          replicate(self, erase_atom::value, "d/" + name);
       },
       [=](tick_atom) {
         auto& st = self->state;

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "auth/protowire.hpp"
-
 namespace scg::auth {
 
 token_bucket::token_bucket(double rate, double burst, limit_clock::time_point now)
@@ -110,26 +108,5 @@ std::size_t rate_limiter::size() const {
   return n;
 }
 
-std::string retry_status_details(int code, std::string_view message,
-                                 std::chrono::milliseconds delay) {
-  using namespace protowire;
-  // google.protobuf.Duration {seconds = 1, nanos = 2} inside RetryInfo {retry_delay = 1}.
-  std::string duration;
-  const long long ms = std::max<long long>(0, delay.count());
-  if (ms / 1000 != 0) put_uint(duration, 1, static_cast<std::uint64_t>(ms / 1000));
-  if (ms % 1000 != 0) put_uint(duration, 2, static_cast<std::uint64_t>(ms % 1000 * 1000000));
-  std::string retry_info;
-  put_bytes(retry_info, 1, duration);
-  // google.protobuf.Any {type_url = 1, value = 2}.
-  std::string any;
-  put_bytes(any, 1, "type.googleapis.com/google.rpc.RetryInfo");
-  put_bytes(any, 2, retry_info);
-  // google.rpc.Status {code = 1, message = 2, details = 3}.
-  std::string status;
-  if (code != 0) put_uint(status, 1, static_cast<std::uint64_t>(code));
-  if (!message.empty()) put_bytes(status, 2, message);
-  put_bytes(status, 3, any);
-  return status;
-}
 
 }  // namespace scg::auth

@@ -91,10 +91,6 @@ class rate_limiter {
   std::array<shard, shard_count> shards_;
 };
 
-/// The grpc-status-details-bin value for a refusal: a serialized
-/// google.rpc.Status {code, message, details: [RetryInfo{retry_delay}]},
-/// which Spark clients honour as a retry delay.
-std::string retry_status_details(int code, std::string_view message,
-                                 std::chrono::milliseconds delay);
+
 
 }  // namespace scg::auth

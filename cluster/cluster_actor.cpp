@@ -27,7 +27,6 @@
 #include "actors/backend_set.hpp"
 #include "actors/protocol.hpp"
 #include "cluster/messages.hpp"
-#include "cluster/rendezvous.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::cluster {
@@ -189,7 +188,7 @@ void publish_members(self_ptr self) {
     names.push_back(name);
     routers.push_back(m.router);
   }
-  self->send(st.router, members_atom::value, std::move(names), std::move(routers));
+  self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers));
   publish_view(self);
 }
 
@@ -490,10 +489,10 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       [=](delta_atom, const std::vector<entry>& batch) { merge_batch(self, batch, true); },
 
       // --- from the router ------------------------------------------------------
-      [=](put_atom, std::string& key, std::string& backend, std::string& session, std::uint64_t started_ms) {
+      [=](actors::put_atom, std::string& key, std::string& backend, std::string& session, std::uint64_t started_ms) {
         write_local(self, entry{std::move(key), std::move(backend), std::move(session), {}, false, 0, started_ms});
       },
-      [=](erase_atom, std::string& key) {
+      [=](actors::erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
       },
       [=](actors::bind_atom, const std::string& key) -> std::string {

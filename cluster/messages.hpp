@@ -18,15 +18,8 @@ using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry
 using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using delta_atom = caf::atom_constant<caf::atom("delta")>;      // (vector<entry>): local writes, pushed at once
 
-// router → cluster actor (local)
-using put_atom = caf::atom_constant<caf::atom("put")>;    // (key, backend name, session, started wall ms or 0)
-using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
-
-// cluster actor → router (local): the live members and their routers
-using members_atom = caf::atom_constant<caf::atom("members")>;  // (names, routers)
-
-// router ↔ router (remote): the key's owner decides a new session's backend
-using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key) -> backend name
+// The router's messages to and from the cluster actor (put, erase, members)
+// and to other replicas' routers (decide) are in actors/protocol.hpp.
 
 // self-addressed
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

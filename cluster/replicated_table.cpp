@@ -7,16 +7,16 @@
 #include <new>
 #include <utility>
 
-#include "cluster/rendezvous.hpp"
+#include "core/rendezvous.hpp"
 
 namespace scg::cluster {
 
 std::size_t replicated_table::bucket_of(std::string_view key) {
-  return static_cast<std::size_t>(stable_hash(key) % digest_buckets);
+  return static_cast<std::size_t>(core::stable_hash(key) % digest_buckets);
 }
 
 std::uint64_t replicated_table::entry_hash(const entry& e) {
-  return stable_hasher{}
+  return core::stable_hasher{}
       .add(e.key)
       .add(e.ver.time.wall_ms)
       .add(std::uint64_t{e.ver.time.logical})

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <chrono>
 
 namespace scg::core {
 
@@ -120,6 +122,12 @@ void count_local_reply(local_reason r);
 /// (RST_STREAM); `connection_failed` when the whole connection went (then
 /// the reset's code says nothing of the backend's answer).
 local_reason reason_of_reset(std::uint32_t http2_error, bool connection_failed);
+
+/// The grpc-status-details-bin value for a refusal: a serialized
+/// google.rpc.Status {code, message, details: [RetryInfo{retry_delay}]},
+/// which Spark clients honour as a retry delay.
+std::string retry_status_details(int code, std::string_view message,
+                                 std::chrono::milliseconds delay);
 
 /// A backend's grpc-status value: a decimal 0..16 and nothing else; nullopt
 /// for anything other (empty, signs, spaces, junk, out of range).

@@ -39,7 +39,7 @@
 #include <string_view>
 
 #include "auth/authenticator.hpp"
-#include "auth/protowire.hpp"
+#include "core/protowire.hpp"
 #include "auth/rate_limit.hpp"
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
@@ -87,7 +87,7 @@ constexpr std::uint32_t small_response_bytes = 512;
 /// reattach_options (1) say reattachable (1 = true). A server ends a
 /// non-reattachable execution's one stream without result_complete.
 bool asks_reattachable(std::string_view body) {
-  namespace pw = auth::protowire;
+  namespace pw = core::protowire;
   pw::field f, g, h;
   while (!body.empty() && pw::next(body, f)) {
     if (f.number != 5 || f.type != 2) continue;
@@ -114,7 +114,7 @@ bool follows_operation(rpc r, const request_fields& f) {
 /// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
 void send_interrupt(actors::backend_state& backend, const std::string& session, const std::string& user,
                     const std::string& op_id, const std::string& token, const std::string& request_id) {
-  namespace pw = auth::protowire;
+  namespace pw = core::protowire;
   struct call {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request, response;
@@ -1091,7 +1091,7 @@ class forward_call final : public h2::server_stream,
     std::string details;
     if (row.retry_later) {
       if (fx_.limits.retry_unavailable) code = core::grpc_code::unavailable;  // limits.retry_status
-      details = auth::retry_status_details(code, message,
+      details = core::retry_status_details(code, message,
                                            retry_after.count() > 0 ? retry_after : std::chrono::milliseconds(1000));
     }
     core::count_local_reply(why);

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/local_reply.hpp"
 #include "google_rpc.pb.h"
 
 using namespace scg::auth;
@@ -155,7 +156,7 @@ TEST_CASE("concurrent requests never exceed the burst", "[rate_limit]") {
 }
 
 TEST_CASE("a refusal's status details carry a RetryInfo clients honour", "[rate_limit]") {
-  std::string bytes = retry_status_details(8, "rate limit exceeded for tenant a", 1500ms);
+  std::string bytes = scg::core::retry_status_details(8, "rate limit exceeded for tenant a", 1500ms);
   google::rpc::Status status;
   REQUIRE(status.ParseFromString(bytes));
   CHECK(status.code() == 8);

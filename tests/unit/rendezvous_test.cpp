@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "cluster/rendezvous.hpp"
+#include "core/rendezvous.hpp"
 
-using scg::cluster::owner_of;
-using scg::cluster::stable_hash;
-using scg::cluster::stable_hasher;
+using scg::core::owner_of;
+using scg::core::stable_hash;
+using scg::core::stable_hasher;
 
 TEST_CASE("stable hashes do not change between builds or machines", "[rendezvous]") {
   // Pinned values: if these move, replicas running different builds would

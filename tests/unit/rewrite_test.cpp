@@ -4,11 +4,11 @@
 
 #include <string>
 
-#include "auth/protowire.hpp"
+#include "core/protowire.hpp"
 #include "spark_connect.pb.h"
 
 using namespace scg::auth;
-namespace pw = scg::auth::protowire;
+namespace pw = scg::core::protowire;
 
 namespace {
 

@@ -1,13 +1,15 @@
 #pragma once
-// Protobuf wire format by hand, for the few fields scg rewrites in place
-// (user_context.user_id, Config values) and the status details it builds.
+// Protobuf wire format by hand, for the few fields scg writes or rewrites in
+// place (user_context.user_id, Config values, status details, the requests of
+// its own probes and interrupts). The routing scanner (net/wire) reads
+// segments in place instead.
 // Reading checks the wire format; unknown fields pass through as raw bytes.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace scg::auth::protowire {
+namespace scg::core::protowire {
 
 inline void put_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -47,4 +49,4 @@ struct field {
 /// whole). False on malformed wire data; `in` is then unspecified.
 bool next(std::string_view& in, field& f);
 
-}  // namespace scg::auth::protowire
+}  // namespace scg::core::protowire

@@ -1,6 +1,6 @@
-#include "cluster/rendezvous.hpp"
+#include "core/rendezvous.hpp"
 
-namespace scg::cluster {
+namespace scg::core {
 
 stable_hasher& stable_hasher::add(std::string_view s) {
   add(static_cast<std::uint64_t>(s.size()));
@@ -49,4 +49,4 @@ std::string owner_of(std::string_view key, const std::vector<std::string>& membe
   return best ? *best : std::string{};
 }
 
-}  // namespace scg::cluster
+}  // namespace scg::core

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace scg::cluster {
+namespace scg::core {
 
 /// Incremental 64-bit hash that never changes across processes, builds or
 /// machines: FNV-1a over the bytes fed in, finished by a 64-bit mixer so that
@@ -39,4 +39,4 @@ std::uint64_t stable_hash(std::string_view s);
 /// member moves only the keys it owned. Empty when `members` is empty.
 std::string owner_of(std::string_view key, const std::vector<std::string>& members);
 
-}  // namespace scg::cluster
+}  // namespace scg::core
