@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 
+#include "core/address.hpp"
+
 namespace scg::actors {
 namespace {
 
@@ -17,38 +19,19 @@ std::string with_host(std::string url, const std::string& host) {
   return url;
 }
 
-/// "ip" as it appears before ":port" in an address or URL.
-std::string bracketed(const std::string& ip) {
-  return ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
-}
-
 }  // namespace
-
-bool split_host_port(const std::string& address, std::string& host, std::string& port) {
-  if (!address.empty() && address[0] == '[') {
-    auto close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') return false;
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else {
-    auto colon = address.rfind(':');
-    if (colon == std::string::npos) return false;
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-  }
-  return !host.empty() && !port.empty();
-}
 
 wanted_backends expand(const std::vector<config::backend>& entries, const host_resolver& resolve) {
   wanted_backends out;
   for (const auto& e : entries) {
-    std::string host, port;
-    split_host_port(e.address, host, port);  // validated by the config parser
-    if (!e.resolve_all) {
-      out.specs.push_back({e.name, e.address, with_host(e.ui_url, bracketed(host))});
+    // The config parser validated the address; one that still does not
+    // parse is kept as written, for the connection to report.
+    const auto hp = core::parse_host_port(e.address);
+    if (!e.resolve_all || !hp) {
+      out.specs.push_back({e.name, e.address, with_host(e.ui_url, hp ? core::bracketed(hp->host) : "")});
       continue;
     }
-    auto ips = resolve(host);
+    auto ips = resolve(hp->host);
     if (ips.empty()) {
       out.unresolved.push_back(e.name);
       continue;
@@ -56,8 +39,8 @@ wanted_backends expand(const std::vector<config::backend>& entries, const host_r
     std::sort(ips.begin(), ips.end());
     ips.erase(std::unique(ips.begin(), ips.end()), ips.end());
     for (const auto& ip : ips) {
-      const std::string address = bracketed(ip) + ":" + port;
-      out.specs.push_back({e.name + "@" + address, address, with_host(e.ui_url, bracketed(ip))});
+      const std::string address = core::host_port{ip, hp->port}.str();
+      out.specs.push_back({e.name + "@" + address, address, with_host(e.ui_url, core::bracketed(ip))});
     }
   }
   return out;

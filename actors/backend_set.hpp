@@ -59,9 +59,6 @@ struct backend_change {
 std::vector<backend_change> plan_changes(const std::vector<running_backend>& running,
                                          const wanted_backends& wanted);
 
-/// Splits "host:port" or "[ip6]:port"; false when it is neither.
-bool split_host_port(const std::string& address, std::string& host, std::string& port);
-
 /// Resolves with getaddrinfo (TCP, any family), addresses sorted and unique.
 std::vector<std::string> resolve_host(const std::string& host);
 

@@ -2,25 +2,13 @@
 
 #include <httplib.h>
 
+#include "core/address.hpp"
+
 namespace scg::auth {
 namespace {
 
 /// Largest discovery or JWKS document scg reads; real ones are a few KiB.
 constexpr std::size_t max_document_bytes = 1u << 20;
-
-/// "https://host:port/path?q" → {"https://host:port", "/path?q"}; nullopt when
-/// the scheme is not http(s) or the host is missing.
-std::optional<std::pair<std::string, std::string>> split_url(const std::string& url) {
-  std::size_t scheme_end = url.find("://");
-  if (scheme_end == std::string::npos) return std::nullopt;
-  std::string scheme = url.substr(0, scheme_end);
-  if (scheme != "http" && scheme != "https") return std::nullopt;
-  std::size_t path_at = url.find('/', scheme_end + 3);
-  std::string origin = url.substr(0, path_at);
-  if (origin.size() == scheme_end + 3) return std::nullopt;
-  std::string path = path_at == std::string::npos ? "/" : url.substr(path_at);
-  return std::pair{origin, path};
-}
 
 }  // namespace
 
@@ -57,9 +45,10 @@ result<discovery> parse_discovery(std::string_view json_text) {
 
 fetch_fn http_fetcher(std::chrono::milliseconds timeout) {
   return [timeout](const std::string& url) -> std::optional<std::string> {
-    auto parts = split_url(url);
+    // The URL may come from the identity provider's discovery document.
+    const auto parts = core::parse_url(url);
     if (!parts) return std::nullopt;
-    httplib::Client cli(parts->first);
+    httplib::Client cli(parts->origin());
     auto secs = static_cast<time_t>(timeout.count() / 1000);
     auto usecs = static_cast<time_t>(timeout.count() % 1000 * 1000);
     cli.set_connection_timeout(secs, usecs);
@@ -68,7 +57,7 @@ fetch_fn http_fetcher(std::chrono::milliseconds timeout) {
     cli.set_follow_location(false);  // a key source that redirects is a misconfiguration
     std::string body;
     // Reading through a receiver caps the body, so a hostile server cannot fill memory.
-    auto res = cli.Get(parts->second, [&](const char* data, std::size_t len) {
+    auto res = cli.Get(parts->path, [&](const char* data, std::size_t len) {
       body.append(data, len);
       return body.size() <= max_document_bytes;
     });

@@ -27,6 +27,7 @@
 #include "actors/backend_set.hpp"
 #include "actors/protocol.hpp"
 #include "cluster/messages.hpp"
+#include "core/address.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::cluster {
@@ -48,30 +49,6 @@ constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any p
 std::int64_t wall_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-/// Splits "host:port"; the config validated the form.
-std::pair<std::string, std::uint16_t> split(const std::string& addr) {
-  auto colon = addr.rfind(':');
-  std::string host = addr.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {host, static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
-}
-
-/// True for "host:port" with a port in 1..65535: what split() can read.
-bool valid_address(const std::string& addr) {
-  const auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size() || addr.size() - colon > 6) return false;
-  for (std::size_t i = colon + 1; i < addr.size(); ++i)
-    if (addr[i] < '0' || addr[i] > '9') return false;
-  const long port = std::stol(addr.substr(colon + 1));
-  return port >= 1 && port <= 65535;
-}
-
-/// "host:port", with an IPv6 host in brackets (what split() reads back).
-std::string join(const std::string& host, std::uint16_t port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 struct member {
@@ -357,12 +334,14 @@ void dial(self_ptr self, const std::string& address) {
   auto& t = self->state.targets[address];
   if (t.connected || t.in_flight || self->state.self_addresses.count(address)) return;
   if (wall_ms() < t.next_attempt_ms) return;
+  // Every target was checked on the way in (config, hello, gossip).
+  auto target = core::parse_host_port(address);
+  if (!target) return;
   t.in_flight = true;
-  auto [host, port] = split(address);
   // With TLS configured, the OpenSSL manager's middleman dials (mutual TLS).
   auto mm = self->state.cfg.tls ? self->system().openssl_manager().actor_handle()
                                 : self->system().middleman().actor_handle();
-  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host, port)
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, target->host, target->port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& t = self->state.targets[address];
@@ -441,7 +420,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           }
           return;
         }
-        if (!valid_address(address)) {
+        if (!core::parse_host_port(address)) {
           log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
           return;
         }
@@ -470,7 +449,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         m.last_seen_ms = wall_ms();
         st.targets[address].connected = true;
         for (const auto& a : known)
-          if (valid_address(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
+          if (core::parse_host_port(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
         if (!was_up) publish_members(self);
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) {
@@ -523,8 +502,10 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
               [seeds = st.cfg.seeds](caf::blocking_actor* resolver, const caf::actor& cluster) {
                 std::vector<std::string> addrs;
                 for (const auto& seed : seeds) {
-                  auto [host, port] = split(seed);
-                  for (const auto& ip : actors::resolve_host(host)) addrs.push_back(join(ip, port));
+                  const auto hp = core::parse_host_port(seed);  // the config validated it
+                  if (!hp) continue;
+                  for (const auto& ip : actors::resolve_host(hp->host))
+                    addrs.push_back(core::host_port{ip, hp->port}.str());
                 }
                 resolver->send(cluster, resolved_atom::value, std::move(addrs));
               },
@@ -597,9 +578,14 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
                     std::shared_ptr<actors::session_table> table, actors::backend_list backends,
                     const caf::actor& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready) {
-  auto [host, port] = split(c.bind_addr);
+  const auto bind = core::parse_host_port(c.bind_addr, true);  // the config validated it
+  if (!bind) {
+    spdlog::get("cluster")->error("cluster_listen_failed bind_addr={} reason=\"not host:port\"", c.bind_addr);
+    return 0;
+  }
+  const auto& [host, port] = *bind;
   // The address peers dial: the bind host, or this host's name for a wildcard.
-  const bool wildcard = host == "0.0.0.0" || host == "::" || host.empty();
+  const bool wildcard = host == "0.0.0.0" || host == "::";
   std::string advertised = host;
   if (wildcard) {
     char buf[256] = {};
@@ -619,7 +605,7 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     return 0;
   }
-  caf::anon_send(actor, address_atom::value, join(advertised, *bound));
+  caf::anon_send(actor, address_atom::value, core::host_port{advertised, *bound}.str());
   sys.registry().put(registry_key, actor);
   return *bound;
 }

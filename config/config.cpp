@@ -1,7 +1,7 @@
 #include "config/config.hpp"
 #include "config/yaml_read.hpp"
+#include "core/address.hpp"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +25,7 @@ using namespace yaml;
 
 std::string host_port(const YAML::Node& n, const std::string& path, bool allow_zero_port) {
   std::string s = as_string(n, path);
-  if (!valid_host_port(s, allow_zero_port)) reject(path, in_quotes(s) + " is not host:port");
+  if (!core::parse_host_port(s, allow_zero_port)) reject(path, in_quotes(s) + " is not host:port");
   return s;
 }
 
@@ -174,32 +174,13 @@ front_tls parse_front_tls(const YAML::Node& t) {
   return tls;
 }
 
-/// "http(s)://HOST[:PORT][/PATH]", HOST a name, IPv4 or [IPv6]: a URL scg can post to.
-bool valid_http_url(const std::string& url) {
-  std::string_view rest;
-  std::string default_port;
-  if (url.rfind("http://", 0) == 0) {
-    rest = std::string_view(url).substr(7);
-    default_port = "80";
-  } else if (url.rfind("https://", 0) == 0) {
-    rest = std::string_view(url).substr(8);
-    default_port = "443";
-  } else {
-    return false;
-  }
-  std::string authority(rest.substr(0, rest.find_first_of("/?#")));
-  if (authority.empty()) return false;
-  const bool has_port = authority.find(':') != std::string::npos && authority.back() != ']';
-  return valid_host_port(has_port ? authority : authority + ":" + default_port, false);
-}
-
 tracing parse_tracing(const YAML::Node& n) {
   check_keys(n, "tracing",
              {"otlp_endpoint", "service_name", "queue_capacity", "batch_size", "flush_interval_ms", "timeout_ms"});
   tracing t;
   if (!n["otlp_endpoint"]) reject("tracing.otlp_endpoint", "required");
   t.otlp_endpoint = as_string(n["otlp_endpoint"], "tracing.otlp_endpoint");
-  if (!valid_http_url(t.otlp_endpoint))
+  if (!core::parse_url(t.otlp_endpoint))
     reject("tracing.otlp_endpoint", in_quotes(t.otlp_endpoint) + " is not an http:// or https:// URL with a host");
   if (n["service_name"]) t.service_name = non_empty(n["service_name"], "tracing.service_name");
   read_int(n, "tracing", "queue_capacity", t.queue_capacity, 1);
@@ -340,74 +321,9 @@ gateway parse_gateway(const YAML::Node& root) {
   return g;
 }
 
-bool valid_port(std::string_view s, bool allow_zero) {
-  if (s.empty() || s.size() > 5) return false;
-  unsigned v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<unsigned>(c - '0');
-  }
-  return v <= 65535 && (v > 0 || allow_zero);
-}
-
-/// A DNS name: dot-separated labels of letters, digits and inner hyphens.
-bool valid_dns_name(std::string_view h) {
-  if (h.empty() || h.size() > 253) return false;
-  std::size_t label = 0;
-  for (std::size_t i = 0; i <= h.size(); ++i) {
-    char c = i < h.size() ? h[i] : '.';
-    if (c == '.') {
-      if (label == 0 || label > 63 || h[i - 1] == '-') return false;
-      label = 0;
-      continue;
-    }
-    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (!alnum && !(c == '-' && label > 0)) return false;
-    ++label;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string error::to_string() const { return field + ": " + message; }
-
-std::optional<std::pair<std::string, std::string>> split_host_port(const std::string& addr) {
-  if (!addr.empty() && addr[0] == '[') {
-    const auto close = addr.find("]:");
-    if (close == std::string::npos || close + 2 >= addr.size()) return std::nullopt;
-    return std::pair{addr.substr(1, close - 1), addr.substr(close + 2)};
-  }
-  const auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= addr.size()) return std::nullopt;
-  return std::pair{addr.substr(0, colon), addr.substr(colon + 1)};
-}
-
-bool valid_host_port(const std::string& addr, bool allow_zero_port) {
-  std::string host;
-  std::string_view port;
-  if (!addr.empty() && addr[0] == '[') {
-    auto close = addr.find(']');
-    if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
-      return false;
-    host = addr.substr(1, close - 1);
-    port = std::string_view(addr).substr(close + 2);
-    in6_addr v6;
-    if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
-    return valid_port(port, allow_zero_port);
-  }
-  auto colon = addr.rfind(':');
-  if (colon == std::string::npos) return false;
-  host = addr.substr(0, colon);
-  port = std::string_view(addr).substr(colon + 1);
-  if (!valid_port(port, allow_zero_port)) return false;
-  // All digits and dots: it must be a dotted IPv4 address, not a name.
-  if (host.find_first_not_of("0123456789.") == std::string::npos) {
-    in_addr v4;
-    return inet_pton(AF_INET, host.c_str(), &v4) == 1;
-  }
-  return valid_dns_name(host);
-}
 
 result parse(const std::string& yaml_text) {
   try {

@@ -207,12 +207,4 @@ result parse(const std::string& yaml_text);
 /// Reads FILE and parses it; a missing or unreadable file is an error naming it.
 result load(const std::string& path);
 
-/// True when `addr` is "host:port" with a port in 1..65535 (0 allowed when
-/// `allow_zero_port`), host a name, IPv4 or [IPv6].
-bool valid_host_port(const std::string& addr, bool allow_zero_port);
-
-/// "host:port" or "[v6]:port" split into host (without brackets) and port;
-/// nullopt when there is no port.
-std::optional<std::pair<std::string, std::string>> split_host_port(const std::string& addr);
-
 }  // namespace scg::config

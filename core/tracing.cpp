@@ -7,6 +7,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/address.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::core {
@@ -59,14 +60,6 @@ std::array<std::uint8_t, N> random_id() {
 spdlog::logger& main_log() {
   auto log = spdlog::get("main");
   return log ? *log : *spdlog::default_logger_raw();
-}
-
-/// "http(s)://host:port/path" → {"http(s)://host:port", "/path"}.
-std::pair<std::string, std::string> split_endpoint(const std::string& url) {
-  auto scheme_end = url.find("://");
-  auto path_at = scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
-  if (path_at == std::string::npos) return {url, "/"};
-  return {url.substr(0, path_at), url.substr(path_at)};
 }
 
 nlohmann::json string_attribute(const std::string& key, const std::string& value) {
@@ -139,7 +132,11 @@ std::string otlp_json(const std::vector<span>& spans, const std::string& service
 }
 
 span_exporter::span_exporter(config::tracing cfg) : cfg_(std::move(cfg)) {
-  std::tie(origin_, path_) = split_endpoint(cfg_.otlp_endpoint);
+  // The config validated the endpoint; without one every export fails, counted.
+  if (const auto u = parse_url(cfg_.otlp_endpoint)) {
+    origin_ = u->origin();
+    path_ = u->path;
+  }
   worker_ = std::thread([this] { run(); });
 }
 

@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/address.hpp"
+
 namespace scg::discovery {
 namespace {
 
@@ -33,10 +35,6 @@ constexpr int backoff_max_ms = 5000;
 spdlog::logger& main_log() {
   auto log = spdlog::get("main");
   return log ? *log : *spdlog::default_logger_raw();
-}
-
-std::string bracketed(const std::string& ip) {
-  return ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
 }
 
 std::string with_host(std::string url, const std::string& host) {
@@ -132,7 +130,7 @@ std::string api_server_url(const k8s_discovery_config& cfg) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (!host || !*host) return {};
-  return "https://" + bracketed(host) + ":" + (port && *port ? port : "443");
+  return "https://" + core::bracketed(host) + ":" + (port && *port ? port : "443");
 }
 
 std::vector<actors::backend_spec> ready_backends(const json& slices, const k8s_discovery_config& cfg) {
@@ -157,8 +155,8 @@ std::vector<actors::backend_spec> ready_backends(const json& slices, const k8s_d
   }
   std::vector<actors::backend_spec> out;
   for (const auto& ip : ips) {
-    const std::string address = bracketed(ip) + ":" + std::to_string(cfg.port);
-    out.push_back({cfg.service_name + "@" + address, address, with_host(cfg.ui_url, bracketed(ip))});
+    const std::string address = core::bracketed(ip) + ":" + std::to_string(cfg.port);
+    out.push_back({cfg.service_name + "@" + address, address, with_host(cfg.ui_url, core::bracketed(ip))});
   }
   return out;
 }
@@ -209,13 +207,9 @@ event_effect endpoint_slice_state::apply(const json& event) {
 k8s_watcher::k8s_watcher(k8s_discovery_config cfg, callback on_change)
     : cfg_(std::move(cfg)), on_change_(std::move(on_change)) {
   const std::string url = api_server_url(cfg_);
-  const auto scheme_end = url.find("://");
-  const std::string scheme = scheme_end == std::string::npos ? "" : url.substr(0, scheme_end);
-  if (scheme == "http" || scheme == "https") {
-    const auto path_at = url.find('/', scheme_end + 3);
-    origin_ = url.substr(0, path_at);
-    if (origin_.size() == scheme_end + 3) origin_.clear();  // no host
-    base_path_ = path_at == std::string::npos ? "" : url.substr(path_at);
+  if (const auto u = core::parse_url(url)) {
+    origin_ = u->origin();
+    base_path_ = u->path;
     while (!base_path_.empty() && base_path_.back() == '/') base_path_.pop_back();
   }
   if (origin_.empty()) {

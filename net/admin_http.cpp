@@ -1,7 +1,5 @@
 #include "net/admin_http.hpp"
 
-#include "config/config.hpp"
-
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -13,6 +11,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/address.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
 #include "net/status_page.hpp"
@@ -383,10 +382,10 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
   srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(view), "text/plain; version=0.0.4");
   });
-  const auto parts = config::split_host_port(addr);  // the config validated the form
+  const auto parts = core::parse_host_port(addr, true);  // the config validated the form
   if (!parts) throw std::runtime_error("admin_addr " + addr + " is not host:port");
-  const auto& host = parts->first;
-  const int port = std::stoi(parts->second);
+  const auto& host = parts->host;
+  const int port = parts->port;
   port_ = port == 0 ? srv.bind_to_any_port(host) : (srv.bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) throw std::runtime_error("cannot listen for admin HTTP on admin_addr " + addr);
   thread_ = std::thread([this] { server_->listen_after_bind(); });

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/address.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
@@ -22,13 +23,12 @@ namespace {
 
 /// "host:port" or "[v6]:port" as an endpoint to listen on.
 asio::ip::tcp::endpoint listen_endpoint(const std::string& addr) {
-  const auto parts = config::split_host_port(addr);
+  const auto parts = core::parse_host_port(addr, true);
   if (!parts) throw std::runtime_error("bind_addr " + addr + " is not host:port");
-  const auto& [host, port] = *parts;
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
   asio::error_code ec;
-  auto results = resolver.resolve(host.empty() ? "0.0.0.0" : host, port, asio::ip::tcp::resolver::passive, ec);
+  auto results = resolver.resolve(parts->host, std::to_string(parts->port), asio::ip::tcp::resolver::passive, ec);
   if (ec || results.empty()) throw std::runtime_error("cannot resolve bind_addr " + addr + ": " + ec.message());
   return results.begin()->endpoint();
 }

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "config/config.hpp"
+#include "core/address.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
@@ -619,10 +619,8 @@ upstream_connection::upstream_connection(worker& w, std::string address, std::ch
 upstream_connection::~upstream_connection() = default;
 
 void upstream_connection::connect() {
-  // "host:port" or "[v6]:port".
-  const auto parts = config::split_host_port(address_);
-  if (!parts || parts->first.empty()) return close("bad backend address " + address_ + " (want host:port)");
-  const auto& [host, port] = *parts;
+  const auto target = core::parse_host_port(address_);
+  if (!target) return close("bad backend address " + address_ + " (want host:port)");
   auto self = std::static_pointer_cast<upstream_connection>(shared_from_this());
   timer_.expires_after(connect_timeout_);
   timer_.async_wait([this, self](const asio::error_code& ec) {
@@ -630,7 +628,7 @@ void upstream_connection::connect() {
     close("no connection after " + std::to_string(connect_timeout_.count()) + " ms");
     w_.flush_dirty();
   });
-  resolver_.async_resolve(host, port, [this, self](const asio::error_code& ec,
+  resolver_.async_resolve(target->host, std::to_string(target->port), [this, self](const asio::error_code& ec,
                                                    asio::ip::tcp::resolver::results_type results) {
     if (closed()) return;
     if (ec) {

@@ -105,18 +105,6 @@ TEST_CASE("re-resolving follows the addresses - a name that does not resolve kee
   CHECK(plan_changes(running, outage).empty());
 }
 
-TEST_CASE("host:port and [ip6]:port split - anything else does not", "[backend_set]") {
-  std::string host, port;
-  CHECK(split_host_port("spark-0.spark:15002", host, port));
-  CHECK(host == "spark-0.spark");
-  CHECK(port == "15002");
-  CHECK(split_host_port("[::1]:7", host, port));
-  CHECK(host == "::1");
-  CHECK(port == "7");
-  CHECK_FALSE(split_host_port("nohost", host, port));
-  CHECK_FALSE(split_host_port("[::1]7", host, port));
-}
-
 TEST_CASE("localhost resolves through the system resolver", "[backend_set]") {
   auto ips = resolve_host("localhost");
   REQUIRE_FALSE(ips.empty());

@@ -45,6 +45,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "core/address.hpp"
 #include "spark_connect.grpc.pb.h"
 #include "tests/raw_h2.hpp"
 
@@ -528,15 +529,8 @@ constexpr int64_t stalled_responses = 1000000;
 
 /// The port of a loopback HOST:PORT target; 0 when it is not loopback.
 int loopback_port(const std::string& target) {
-  const auto colon = target.rfind(':');
-  if (colon == std::string::npos) return 0;
-  const auto host = target.substr(0, colon);
-  if (host != "127.0.0.1" && host != "localhost") return 0;
-  try {
-    return std::stoi(target.substr(colon + 1));
-  } catch (const std::exception&) {
-    return 0;
-  }
+  const auto hp = core::parse_host_port(target);
+  return hp && (hp->host == "127.0.0.1" || hp->host == "localhost") ? hp->port : 0;
 }
 
 /// VmRSS of `pid` in KiB (/proc/PID/status); 0 when unreadable.

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/address.hpp"
 #include "tools/fake_spark/fake_server.hpp"
 #include "tools/fake_spark/ui_api.hpp"
 
@@ -87,18 +88,6 @@ std::optional<options> parse_args(int argc, char** argv) {
   return opts;
 }
 
-/// Splits "host:port" (brackets around an IPv6 host are dropped); nullopt if malformed.
-std::optional<std::pair<std::string, int>> split_host_port(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  auto port = parse_count(address.substr(colon + 1));
-  if (host.empty() || !port || *port > 65535) return std::nullopt;
-  return std::pair{host, static_cast<int>(*port)};
-}
-
 /// Writes FILE.tmp and renames it, so a test polling FILE never reads half a file.
 bool write_port_file(const std::string& path, int grpc_port, int ui_port) {
   const std::string tmp = path + ".tmp";
@@ -120,15 +109,16 @@ int run(const options& opts) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::optional<std::pair<std::string, int>> ui_address;
+  // PORT 0 picks a free port.
+  std::optional<core::host_port> ui_address;
   if (!opts.ui_listen.empty()) {
-    ui_address = split_host_port(opts.ui_listen);
+    ui_address = core::parse_host_port(opts.ui_listen, true);
     if (!ui_address) {
       std::fprintf(stderr, "scg-fake-spark: bad --ui-listen '%s'\n", opts.ui_listen.c_str());
       return 2;
     }
   }
-  const auto grpc_address = split_host_port(opts.listen);
+  const auto grpc_address = core::parse_host_port(opts.listen, true);
   if (!grpc_address) {
     std::fprintf(stderr, "scg-fake-spark: bad --listen '%s'\n", opts.listen.c_str());
     return 2;
@@ -143,7 +133,7 @@ int run(const options& opts) {
   ui_api ui(opts.name, [&server] { return server.stats(); });
   int ui_port = 0;
   if (ui_address) {
-    ui_port = ui.start(ui_address->first, ui_address->second);
+    ui_port = ui.start(ui_address->host, ui_address->port);
     if (ui_port == 0) {
       std::fprintf(stderr, "scg-fake-spark: cannot listen on %s\n", opts.ui_listen.c_str());
       return 1;
@@ -154,9 +144,10 @@ int run(const options& opts) {
     return 1;
   }
   const std::string ui_text =
-      ui_address ? ui_address->first + ":" + std::to_string(ui_port) : "off";
-  std::fprintf(stderr, "scg-fake-spark %s listening grpc=%s:%d ui=%s\n", opts.name.c_str(),
-               grpc_address->first.c_str(), grpc_port, ui_text.c_str());
+      ui_address ? core::host_port{ui_address->host, static_cast<std::uint16_t>(ui_port)}.str() : "off";
+  const std::string grpc_text = core::host_port{grpc_address->host, static_cast<std::uint16_t>(grpc_port)}.str();
+  std::fprintf(stderr, "scg-fake-spark %s listening grpc=%s ui=%s\n", opts.name.c_str(), grpc_text.c_str(),
+               ui_text.c_str());
   std::fflush(stderr);
 
   int signal = 0;
