@@ -147,7 +147,7 @@ class oidc_provider {
       }
       auto due = last + gap;
       if (std::chrono::steady_clock::now() >= due) return;
-      std::this_thread::sleep_until(due);
+      std::this_thread::sleep_until(due);  // the refresh floor is time itself: nothing to poll
     }
     FAIL("the JWKS kept being fetched");
   }

@@ -24,6 +24,26 @@ std::string config_backend(int port, const std::string& session, grpc::Status* s
   return backend_for_session(port, session, "ursula", status);
 }
 
+/// Whether replica `g`'s /api/v1/operations lists `op`.
+bool lists_operation(const gateway& g, const std::string& op) {
+  auto ops = nlohmann::json::parse(http_get(g.admin_port, "/api/v1/operations").second, nullptr, false);
+  if (ops.is_discarded()) return false;
+  for (const auto& o : ops["operations"])
+    if (o["operation_id"] == op) return true;
+  return false;
+}
+
+/// The backend replica `g`'s /api/v1/sessions lists for `session`: empty when
+/// none, "?" when the listing could not be read.
+std::string listed_backend(const gateway& g, const std::string& session) {
+  auto [code, body] = http_get(g.admin_port, "/api/v1/sessions?session=" + session);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (code != 200 || j.is_discarded()) return "?";
+  for (const auto& s : j["sessions"])
+    if (s["session_id"] == session) return s["backend"].get<std::string>();
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("three replicas: every rpc of 200 sessions at a random replica keeps its backend",
@@ -130,7 +150,9 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   std::string last = r.response_id();
-  std::this_thread::sleep_for(300ms);  // the operation index entry replicates meanwhile
+  // The operation index entry reaches the replicas that survive.
+  REQUIRE(eventually([&] { return lists_operation(*env.replicas[0], "op-survives-kill") &&
+                                  lists_operation(*env.replicas[1], "op-survives-kill"); }, 5s));
 
   env.replicas[2]->proc.signal(SIGKILL);
   REQUIRE(env.replicas[2]->proc.wait(5s));
@@ -173,10 +195,7 @@ TEST_CASE("a new replica seeded from one survivor routes existing sessions withi
   auto t0 = std::chrono::steady_clock::now();
   auto& late = env.add_replica({env.replicas[1]->cluster_port});
   // Ready means synced: from then on it knows every binding.
-  while (http_get(late.admin_port, "/readyz").first != 200 &&
-         std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(50ms);
-  CHECK(http_get(late.admin_port, "/readyz").first == 200);
+  CHECK(eventually([&] { return http_get(late.admin_port, "/readyz").first == 200; }, 5s));
   int changes = 0;
   for (const auto& [session, backend] : bound) changes += config_backend(late.grpc_port, session) != backend;
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
@@ -195,10 +214,8 @@ TEST_CASE("a frozen replica is seen down within 2 s and rejoins when thawed",
   };
   env.replicas[1]->proc.signal(SIGSTOP);
   auto t0 = std::chrono::steady_clock::now();
-  while (members_up(0) != 1 && std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(50ms);
+  CHECK(eventually([&] { return members_up(0) == 1; }, 5s));
   auto detected = std::chrono::steady_clock::now() - t0;
-  CHECK(members_up(0) == 1);
   CHECK(detected < 2s);  // 1 s connection timeout plus a heartbeat
   // The others keep serving new and existing sessions meanwhile.
   for (int i = 0; i < 20; ++i) {
@@ -217,10 +234,11 @@ TEST_CASE("a process without the cluster identity cannot join or inject bindings
       gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
                    cluster_block("intruder", {env.replicas[0]->cluster_port}) + "  identity: not-scg\n");
   auto intruder = start_gateway(env.dir, intruder_yaml, "intruder");
-  // It binds a session itself (after its sync wait)...
-  std::this_thread::sleep_for(3500ms);
+  // It binds a session itself (once its sync wait is over: ready)...
+  REQUIRE(eventually([&] { return http_get(intruder.admin_port, "/readyz").first == 200; }, 10s));
   auto b = config_backend(intruder.grpc_port, "intruded");
   REQUIRE(!b.empty());
+  // The absence is the test: a binding replicates within milliseconds, so 1 s of silence shows none left.
   std::this_thread::sleep_for(1s);
   // ...but no member lists it, and the cluster never heard of its binding.
   for (auto& r : env.replicas) {
@@ -279,7 +297,8 @@ TEST_CASE("with mutual TLS replicas share sessions and a peer signed by another 
   CHECK(changes == 0);
 
   auto rogue = start_gateway(dir, yaml("rogue", {r0.cluster_port}, "rogue-ca"), "rogue");
-  std::this_thread::sleep_for(3s);
+  // The rogue has dialed its seed (and been refused) by the end of its sync wait: ready.
+  REQUIRE(eventually([&] { return http_get(rogue.admin_port, "/readyz").first == 200; }, 10s));
   CHECK(members(r0).find("rogue") == std::string::npos);
   CHECK(members(r1).find("rogue") == std::string::npos);
 }
@@ -299,7 +318,7 @@ TEST_CASE("bindings used on any replica live on, and ones unused everywhere expi
   int failures = 0;
   while (std::chrono::steady_clock::now() - t0 < 12s) {
     failures += config_backend(r1.grpc_port, "gc-0").empty();
-    std::this_thread::sleep_for(500ms);
+    std::this_thread::sleep_for(500ms);  // the pace of use is the test: twice a second, well inside the ttl
   }
   CHECK(failures == 0);
   CHECK(active(r0) == 1);
@@ -346,7 +365,7 @@ TEST_CASE("one replica polls each backend's load and every replica places with i
   CHECK(utilization_on(0) >= 0.5);
   CHECK(utilization_on(1) >= 0.5);
   auto p0 = polls(0), p1 = polls(1);
-  std::this_thread::sleep_for(4500ms);
+  std::this_thread::sleep_for(4500ms);  // the span is the test: two poll intervals, in which only the owner polls
   const bool only_one = (polls(0) > p0) != (polls(1) > p1);
   CHECK(only_one);
   for (int i = 0; i < 6; ++i) CHECK(config_backend(env.replicas[i % 2]->grpc_port, "busy-" + std::to_string(i)) != "fake-a");
@@ -434,10 +453,19 @@ TEST_CASE("a session rebound off a lost backend moves on every replica without a
   }
   REQUIRE(!on_a.empty());
   env.fakes[0].proc.signal(SIGKILL);
-  std::this_thread::sleep_for(1700ms);
-  const auto moved_to = config_backend(env.replicas[0]->grpc_port, on_a[0]);
+  // Until fake-a counts as lost (down for after_secs), the call fails there and nothing moves.
+  std::string moved_to;
+  CHECK(eventually([&] {
+    moved_to = config_backend(env.replicas[0]->grpc_port, on_a[0]);
+    return !moved_to.empty();
+  }, 5s));
   CHECK((moved_to == "fake-b" || moved_to == "fake-c"));
-  std::this_thread::sleep_for(500ms);
+  // Replica 1 hears of the move by replication, not by a call of its own: the
+  // binding to fake-a is erased there (a call before that would rebind it there too).
+  CHECK(eventually([&] {
+    const auto listed = listed_backend(*env.replicas[1], on_a[0]);
+    return listed != "fake-a" && listed != "?";
+  }, 3s));
   CHECK(config_backend(env.replicas[1]->grpc_port, on_a[0]) == moved_to);
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_conflicts_total") == 0);
   CHECK(metric_value(env.replicas[0]->admin_port, "scg_router_rebinds_total") == 1);
@@ -543,10 +571,7 @@ TEST_CASE("replicas on IPv6 loopback find each other through an IPv6 seed (::1)"
   a6.sin6_addr = in6addr_loopback;
   const bool v6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
   if (probe >= 0) ::close(probe);
-  if (!v6) {
-    WARN("skipped: no IPv6 loopback (::1) on this machine");
-    return;
-  }
+  if (!v6) return skip_test("no IPv6 loopback (::1) on this machine");
   temp_dir dir;
   auto a = start_fake(dir, "fake-v6");
   auto block = [](const std::string& node, const std::string& seeds) {
@@ -600,6 +625,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
       if (o["operation_id"] == "op-limit-across") return o.contains("started_ms");
     return false;
   }, 5s));
+  // The elapsed time is the test: reattach 2.5 s after the start, 0.5 s before the limit.
   while (since_start() < 2500ms) std::this_thread::sleep_for(50ms);
 
   // The client reattaches through replica 1 (say replica 0 went away), stream after stream.

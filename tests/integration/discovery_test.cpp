@@ -106,7 +106,7 @@ class fake_api_server {
         return true;
       }
       if (end == stream_end::drop || stopping_) return false;  // no last chunk: a cut connection
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // holds the watch open: the pause between polls of the provider
       return true;
     });
   }
@@ -322,7 +322,7 @@ TEST_CASE("scg follows a Service's ready endpoints: pods join and leave without 
             *sent = true;
             return sink.write(line.data(), line.size());
           }
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // holds the watch open until the cut
           return !cut_first.load();  // false: the connection is cut
         });
       });

@@ -51,6 +51,33 @@ sc::ConfigResponse config(sc::SparkConnectService::Stub& stub, const std::string
   return resp;
 }
 
+/// A backend's entry in the gateway's /api/v1/backends (null when absent).
+nlohmann::json listed(const gateway& gw, const std::string& backend) {
+  auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second, nullptr, false);
+  if (!j.is_discarded())
+    for (const auto& be : j["backends"])
+      if (be["name"] == backend) return be;
+  return nullptr;
+}
+bool listed_healthy(const gateway& gw, const std::string& backend) {
+  auto be = listed(gw, backend);
+  return be.is_object() && be["healthy"].get<bool>();
+}
+bool listed_draining(const gateway& gw, const std::string& backend) {
+  auto be = listed(gw, backend);
+  return be.is_object() && be["draining"].get<bool>();
+}
+
+/// The backend the gateway's /api/v1/sessions lists for `session`, empty when none.
+std::string listed_backend(const gateway& gw, const std::string& session) {
+  auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + session).second, nullptr,
+                                 false);
+  if (j.is_discarded()) return "";
+  for (const auto& s : j["sessions"])
+    if (s["session_id"] == session) return s["backend"].get<std::string>();
+  return "";
+}
+
 struct stream_result {
   grpc::Status status;
   std::string backend;
@@ -216,10 +243,7 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     check(ctx, status, resp.session_id(), resp.server_side_session_id());
   }
   // scg learned and forgot what it should have.
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (metric_value(env.gw.admin_port, "scg_router_sessions_released_total") < 1 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
+  CHECK(eventually([&] { return metric_value(env.gw.admin_port, "scg_router_sessions_released_total") >= 1; }, 5s));
   CHECK(metric_value(env.gw.admin_port, "scg_router_sessions_released_total") == 1);
   CHECK(metric_value(env.gw.admin_port, "scg_router_operations_released_total") == 1);
   CHECK(metric_value(env.gw.admin_port, "scg_router_clones_bound_total") == 1);
@@ -328,12 +352,12 @@ TEST_CASE("a cloned session follows its parent's backend", "[integration]") {
     sc::CloneSessionResponse resp;
     REQUIRE(stub.CloneSession(&ctx, req, &resp).ok());
     REQUIRE(!resp.new_session_id().empty());
-    // The binding is made asynchronously by the router: allow it a moment.
+    // The binding is made asynchronously by the router: wait until it is listed,
+    // without a call that would bind the child itself.
+    CHECK(eventually([&] { return !listed_backend(env.gw, resp.new_session_id()).empty(); }, 3s));
+    CHECK(listed_backend(env.gw, resp.new_session_id()) == parent_backend);
     std::string child_backend;
-    for (int i = 0; i < 3; ++i) {
-      std::this_thread::sleep_for(100ms);
-      config(stub, resp.new_session_id(), "dora", &child_backend);
-    }
+    config(stub, resp.new_session_id(), "dora", &child_backend);
     CHECK(child_backend == parent_backend);
   }
 }
@@ -433,7 +457,9 @@ TEST_CASE("a slow reader slows the backend instead of filling scg's memory", "[i
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   const auto& backend = env.by_name(backend_of(ctx));
-  std::this_thread::sleep_for(1500ms);  // the client stops reading
+  // The client stops reading; the span is the test: time enough for the backend to run far past the bound
+  // were it not paced by the reader.
+  std::this_thread::sleep_for(1500ms);
   auto [code, body] = http_get(backend.ui_port, "/fake/stats");
   REQUIRE(code == 200);
   auto stats = nlohmann::json::parse(body);
@@ -476,10 +502,11 @@ TEST_CASE("deadlines and cancellation reach the backend", "[integration]") {
     while (reader->Read(&r)) {
     }
     CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
-    // The backend stops producing: its byte count stays far below 50 responses.
-    std::this_thread::sleep_for(1s);
-    auto after = nlohmann::json::parse(http_get(backend.ui_port, "/fake/stats").second);
-    CHECK(after["streams_cancelled"].get<long>() > before["streams_cancelled"].get<long>());
+    // The backend stops producing: its own stream is cancelled.
+    auto cancelled = [&] {
+      return nlohmann::json::parse(http_get(backend.ui_port, "/fake/stats").second)["streams_cancelled"].get<long>();
+    };
+    CHECK(eventually([&] { return cancelled() > before["streams_cancelled"].get<long>(); }, 3s));
   }
 }
 
@@ -540,14 +567,14 @@ TEST_CASE("a dead backend answers UNAVAILABLE quickly, naming the backend", "[in
       CHECK(s.error_code() == grpc::StatusCode::UNAVAILABLE);
       CHECK(s.error_message().find("fake-dead") != std::string::npos);
       CHECK(std::chrono::steady_clock::now() - t0 < 3500ms);
-      std::this_thread::sleep_for(300ms);
+      std::this_thread::sleep_for(300ms);  // pacing is the test: each call comes after the last failed connect, not within it
     }
   }
   {  // beside a live backend, new sessions go to the live one once the dead is seen
     auto gw = start_gateway(dir, yaml + "  - { name: fake-live, address: \"" + live.address() + "\" }\n",
                             "dead-and-live");
     auto stub = stub_to(gw.grpc_port);
-    std::this_thread::sleep_for(1s);
+    CHECK(eventually([&] { return !listed_healthy(gw, "fake-dead"); }, 5s));
     for (int i = 0; i < 6; ++i) {
       std::string b;
       grpc::Status s;
@@ -609,8 +636,7 @@ TEST_CASE("SIGTERM drains: not ready at once, streams in flight finish, exit 0",
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   gw.proc.signal(SIGTERM);
-  std::this_thread::sleep_for(200ms);
-  CHECK(http_get(gw.admin_port, "/readyz").first == 503);
+  CHECK(eventually([&] { return http_get(gw.admin_port, "/readyz").first == 503; }, 1s));
   int n = 1;
   while (reader->Read(&r)) ++n;
   CHECK(reader->Finish().ok());
@@ -629,16 +655,11 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   REQUIRE(s.status.ok());
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
   CHECK(metric_value(gw.admin_port, "scg_operations_active") == 1);
-  auto wait_until = [&](auto done) {
-    auto deadline = std::chrono::steady_clock::now() + 8s;
-    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
-  };
   // The operation goes first, by its own ttl, while its session still lives.
-  wait_until([&] { return metric_value(gw.admin_port, "scg_operations_active") == 0; });
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_operations_active") == 0; }, 8s));
   CHECK(metric_value(gw.admin_port, "scg_router_operations_expired_total") == 1);
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
-  wait_until([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; });
-  CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 0);
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; }, 8s));
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 5);
 }
 
@@ -694,10 +715,7 @@ TEST_CASE("new sessions go to the backend whose Spark UI reports the least load"
     return -2.0;
   };
   auto wait_for = [&](const std::string& name, double value) {
-    auto t0 = std::chrono::steady_clock::now();
-    while (std::abs(utilization_of(name) - value) > 1e-6 && std::chrono::steady_clock::now() - t0 < 5s)
-      std::this_thread::sleep_for(50ms);
-    return std::abs(utilization_of(name) - value) < 1e-6;
+    return eventually([&] { return std::abs(utilization_of(name) - value) < 1e-6; }, 5s);
   };
   set_load(a, 8, 8, 8);  // saturated: (8 + 8) / 8 clipped to 1
   set_load(b, 8, 1, 0);  // 1/8 busy
@@ -725,11 +743,8 @@ TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on session
                      "placement: { poll_interval_ms: 100 }\nbackends:\n"
                      "  - { name: fake-noui, address: \"" + a.address() + "\", ui_url: \"http://127.0.0.1:1\" }\n";
   auto gw = start_gateway(dir, yaml, "noui");
-  auto t0 = std::chrono::steady_clock::now();
-  while (metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") < 3 &&
-         std::chrono::steady_clock::now() - t0 < 5s)
-    std::this_thread::sleep_for(50ms);
-  CHECK(metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3);
+  CHECK(eventually(
+      [&] { return metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3; }, 5s));
   CHECK(backend_for_session(gw.grpc_port, "noui-1", "rae") == "fake-noui");
   auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
   CHECK(j["backends"][0]["utilization"].is_null());
@@ -756,7 +771,7 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
   CHECK(http_post(gw.admin_port, "/api/v1/backends/nope/drain", "").first == 404);
   auto [code, body] = http_post(gw.admin_port, "/api/v1/backends/fake-old/drain", "");
   REQUIRE(code == 200);
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(eventually([&] { return listed_draining(gw, "fake-old"); }, 2s));
   for (int i = 0; i < 8; ++i)
     CHECK(backend_for_session(gw.grpc_port, "drain-new-" + std::to_string(i), "sam") == "fake-new");
   CHECK(backend_for_session(gw.grpc_port, on_old, "sam") == "fake-old");  // carries on
@@ -767,7 +782,7 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
       CHECK(be["sessions"].get<int>() >= 1);  // what an operator waits on
     }
   REQUIRE(http_post(gw.admin_port, "/api/v1/backends/fake-old/undrain", "").first == 200);
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(eventually([&] { return !listed_draining(gw, "fake-old"); }, 2s));
   std::set<std::string> used;
   for (int i = 0; i < 8; ++i) used.insert(backend_for_session(gw.grpc_port, "drain-after-" + std::to_string(i), "sam"));
   CHECK(used.count("fake-old") == 1);
@@ -788,10 +803,7 @@ TEST_CASE("a backend that stops answering probes gets no new sessions until it a
     return false;
   };
   auto wait_for = [&](const std::string& name, bool want) {
-    auto t0 = std::chrono::steady_clock::now();
-    while (healthy(name) != want && std::chrono::steady_clock::now() - t0 < 5s)
-      std::this_thread::sleep_for(50ms);
-    return healthy(name) == want;
+    return eventually([&] { return healthy(name) == want; }, 5s);
   };
   REQUIRE(wait_for("fake-frozen", true));
   a.proc.signal(SIGSTOP);  // the TCP connection stays up; nothing answers
@@ -819,10 +831,18 @@ TEST_CASE("sessions of a lost backend are rebound, or refused naming it, as conf
     }
     REQUIRE(!on_doomed.empty());
     a.reset();  // killed
-    std::this_thread::sleep_for(1700ms);
-    for (const auto& s : on_doomed) {
-      grpc::Status status;
-      auto served = backend_for_session(gw.grpc_port, s, "uma", &status);
+    // The first session probes: until fake-doomed counts as lost (down for
+    // after_secs) its call fails UNAVAILABLE there, and is neither rebound nor refused.
+    grpc::Status first;
+    std::string first_served;
+    CHECK(eventually([&] {
+      first_served = backend_for_session(gw.grpc_port, on_doomed[0], "uma", &first);
+      return first.error_code() != grpc::StatusCode::UNAVAILABLE;
+    }, 5s));
+    for (std::size_t i = 0; i < on_doomed.size(); ++i) {
+      grpc::Status status = first;
+      auto served = first_served;
+      if (i > 0) served = backend_for_session(gw.grpc_port, on_doomed[i], "uma", &status);
       if (action == "rebind") {
         CHECK(served == "fake-spare");
       } else {

@@ -8,6 +8,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -213,7 +214,7 @@ class generic_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    if (read_pause_.count() > 0) std::this_thread::sleep_for(read_pause_);
+    if (read_pause_.count() > 0) std::this_thread::sleep_for(read_pause_);  // the slow reader's pace is the test
     std::vector<grpc::Slice> slices;
     (void)in_.Dump(&slices);
     std::string msg;
@@ -290,7 +291,7 @@ std::unique_ptr<fake_spark> start_fake_on(const temp_dir& dir, const std::string
     } catch (const std::exception&) {
     }
     (void)p.wait(1s);  // it exited (port busy) or hangs: killed by p's destructor
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(200ms);  // a retry's back-off: the port's release has no signal to wait on
   }
   return nullptr;
 }
@@ -385,7 +386,8 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
   REQUIRE(home == "fake-limit");
   auto still_works = [&](const std::string& what) {
     INFO("after " << what);
-    // The client's connection to scg was kept (not closed or sent away).
+    // The client's connection to scg was kept (not closed or sent away); the
+    // span is the test: a GOAWAY or close would have arrived within it.
     std::this_thread::sleep_for(200ms);
     CHECK(ch->GetState(false) == GRPC_CHANNEL_READY);
     std::string b;
@@ -673,7 +675,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     CHECK(metric_value(gw.admin_port, "scg_forward_active_calls") == 0);
     CHECK(backend_in_flight(gw.admin_port, "fake-cancel") == 0);
     CHECK(eventually([&] { return fake_stat(a, "streams_cancelled") == before + 1; }, 3s));
-    // Nothing more is produced for it.
+    // Nothing more is produced for it; the span is the test (the stream made 10 responses a second).
     const auto out = fake_stat(a, "responses_out");
     std::this_thread::sleep_for(500ms);
     CHECK(fake_stat(a, "responses_out") == out);
@@ -755,7 +757,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
       s = config(*stub, "phoenix-1", "pat", GRPC_COMPRESS_NONE, &b, &after);
       if (s.ok()) break;
       UNSCOPED_INFO("attempt " << i << ": " << s.error_message());
-      std::this_thread::sleep_for(200ms);
+      std::this_thread::sleep_for(200ms);  // only after a failed attempt (which fails the test): a retry's back-off
     }
     INFO(s.error_message() << "\n" << log_tail(gw.proc.log_path()));
     CHECK(s.ok());
@@ -830,9 +832,20 @@ TEST_CASE("a response over the limit comes after every response the backend sent
   std::vector<std::string> msgs{first.SerializeAsString()};
   for (int i = 0; i < 400; ++i) msgs.push_back(std::string(limit - 1000, static_cast<char>('a' + i % 26)));
   msgs.push_back(std::string(2 * limit, 'z'));
+  const auto echoed_earlier = fake_stat(a, "bytes_out");
   generic_call call(generic, spark_service + "SomeFutureRpc", msgs, GRPC_COMPRESS_GZIP, 30s, true);
-  std::this_thread::sleep_for(1s);  // the echoes back up: in the client, in scg, in the fake
+  // The echoes back up (in the client, in scg, in the fake): the fake starts and then stops writing.
+  CHECK(eventually([&] { return fake_stat(a, "bytes_out") > echoed_earlier; }, 5s));
+  CHECK(settles([&] { return fake_stat(a, "bytes_out"); }, 300ms, 5s));
   const auto echoed_before = fake_stat(a, "bytes_out");
+  // Backed up, scg holds at most the stream's window each way (W = 4 MiB) plus
+  // a read burst and a read buffer per worker (docs/architecture.md, "Memory
+  // held for slow peers"). What the fake wrote besides is the client's and the
+  // fake's own buffering: no bound of scg's, so only shown.
+  const long workers = std::max(1u, std::thread::hardware_concurrency());
+  const long held = metric_value(gw.admin_port, "scg_buffered_bytes");
+  INFO("scg_buffered_bytes " << held << " while backed up");
+  CHECK(held <= 2 * (4L << 20) + workers * (5L << 18));
   call.begin_reading(1ms);
   auto [status, responses] = call.get();
   const auto echoed = fake_stat(a, "bytes_out");

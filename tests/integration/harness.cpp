@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -85,7 +86,7 @@ std::optional<int> process::wait(std::chrono::milliseconds timeout) {
       return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
     }
     if (std::chrono::steady_clock::now() >= until) return std::nullopt;
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms);  // the poll interval
   }
   return std::nullopt;
 }
@@ -106,7 +107,7 @@ nlohmann::json wait_for_json_file(const std::string& path, std::chrono::millisec
       auto j = nlohmann::json::parse(in, nullptr, false);
       if (!j.is_discarded()) return j;
     }
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms);  // the poll interval
   }
   throw std::runtime_error("timed out waiting for " + path);
 }
@@ -336,7 +337,7 @@ bool cluster_env::wait_for_mesh(std::chrono::milliseconds timeout) {
       all = all && up == live && http_get(r->admin_port, "/readyz").first == 200;
     }
     if (all) return true;
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // the poll interval
   }
 }
 
@@ -346,6 +347,18 @@ spark::connect::UserContext user(const std::string& id) {
   return u;
 }
 
+
+void skip_test(const std::string& reason) {
+  const auto& config = *Catch::getCurrentContext().getConfig();
+  const bool alone = Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config).size() == 1;
+  if (!alone) {
+    WARN("skipped: " << reason);
+    return;
+  }
+  std::cout << "SKIPPED: " << reason << std::endl;
+  std::cerr.flush();
+  std::exit(skip_code);
+}
 
 bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 

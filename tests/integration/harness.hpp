@@ -150,10 +150,42 @@ bool eventually(F ok, std::chrono::milliseconds timeout) {
   auto until = std::chrono::steady_clock::now() + timeout;
   while (!ok()) {
     if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the poll interval
   }
   return true;
 }
+
+/// Polls `value` every 50 ms until it has not changed for `steady_for` (a
+/// flow that backed up, a buffer that filled); false when it still moves
+/// after `timeout`.
+template <class F>
+bool settles(F value, std::chrono::milliseconds steady_for, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  auto last = value();
+  auto since = std::chrono::steady_clock::now();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the poll interval
+    const auto now = std::chrono::steady_clock::now();
+    const auto v = value();
+    if (v != last) {
+      last = v;
+      since = now;
+    } else if (now - since >= steady_for) {
+      return true;
+    }
+    if (now >= until) return false;
+  }
+}
+
+/// The exit code ctest reads as a skip (SKIP_RETURN_CODE in CMakeLists.txt).
+constexpr int skip_code = 77;
+
+/// For a test that cannot run here (a tool or capability is missing): says
+/// why, and when this run was asked for this one test (as ctest runs each)
+/// ends the binary with skip_code, so ctest counts it as not run rather than
+/// passed. Call it before the test starts any process: the exit unwinds
+/// nothing. In a run of several tests it only warns, and the caller returns.
+void skip_test(const std::string& reason);
 
 /// The YAML `cluster:` block of replica `node` on loopback, seeded with
 /// `seed_ports`.

@@ -121,7 +121,7 @@ class well_behaved_client {
           failures_.push_back((i % 2 ? "ExecutePlan: " : "Config: ") + std::to_string(status.error_code()) + " " +
                               status.error_message());
       }
-      std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(10ms);  // the client's pace: a short pause between calls
     }
     max_rss_kib_ = std::max(max_rss_kib_, gw_.proc.rss_kib());
   }
@@ -189,7 +189,8 @@ struct hostile_env {
   /// call is left over.
   void check_unharmed(int min_during = 5, long rss_margin = rss_margin_kib) {
     const int during = client->calls() - calls_before;
-    std::this_thread::sleep_for(300ms);  // a few calls after the abuse too
+    const int at_end = client->calls();
+    CHECK(eventually([&] { return client->calls() >= at_end + 3; }, 5s));  // a few calls after the abuse too
     client->stop();
     for (const auto& f : client->failures()) UNSCOPED_INFO("well-behaved call failed: " << f);
     INFO("well-behaved calls: " << client->ok() << " OK, " << client->failed() << " failed, " << during

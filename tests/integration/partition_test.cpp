@@ -58,15 +58,13 @@ int up_members(const std::string& host, int admin_port) {
 
 TEST_CASE("a partitioned replica serves its side, and the cluster agrees again after the link returns",
           "[integration][cluster][partition]") {
-  if (geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return;
+  if (geteuid() != 0) return skip_test("network namespaces need root");
+  auto link = std::make_unique<netns_link>();
+  if (!link->ok()) {
+    link.reset();  // its namespace and veth pair go before the exit
+    return skip_test("could not create a network namespace and veth link here");
   }
-  netns_link net;
-  if (!net.ok()) {
-    WARN("skipped: could not create a network namespace and veth link here");
-    return;
-  }
+  netns_link& net = *link;
   temp_dir dir;
   // Each side has its own copy of backends fake-a and fake-b: replicas name
   // backends to each other, so both sides keep serving through a partition.

@@ -147,12 +147,13 @@ TEST_CASE("a killed backend gets no new sessions within 2 probe intervals - call
   auto status = reader->Finish();
   CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
 
+  // The deadline is the test: two probe intervals after the kill, no new session goes there.
   std::this_thread::sleep_until(killed + std::chrono::milliseconds(2 * probe_ms));
   auto placed = place_new(gw, "after-kill-", 10);
   CHECK(placed["fake-doomed"] == 0);
   CHECK(placed["fake-spare"] == 10);
 
-  std::this_thread::sleep_until(killed + 1500ms);  // lost after 1 s
+  std::this_thread::sleep_until(killed + 1500ms);  // the deadline is the test: lost after 1 s, moved by 1.5 s
   for (const auto& s : on_doomed) CHECK(backend_for_session(gw.grpc_port, s, "vic") == "fake-spare");
   CHECK(metric_value(gw.admin_port, "scg_router_rebinds_total") == static_cast<long>(on_doomed.size()));
 }

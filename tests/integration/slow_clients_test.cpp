@@ -179,8 +179,9 @@ TEST_CASE("stalled readers hold back no other call, and scg holds at most their 
   std::vector<std::unique_ptr<stalled_reader>> stalled;
   for (int i = 0; i < 16; ++i) stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, "stalled-" + std::to_string(i)));
   for (auto& s : stalled) REQUIRE(s->started);
-  // Until every stalled stream has filled its window in scg.
-  std::this_thread::sleep_for(3s);
+  // Until every stalled stream has filled its window in scg: the buffered figure climbs and stops.
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_buffered_bytes") > 16L * (2 << 20); }, 10s));
+  CHECK(settles([&] { return metric_value(gw.admin_port, "scg_buffered_bytes"); }, 300ms, 10s));
 
   good_client g;
   g.run(gw.grpc_port, 200);
@@ -229,10 +230,10 @@ TEST_CASE("silent connections are closed after limits.handshake_timeout_secs and
   std::thread flood([&] {
     for (int i = 0; i < 1500; ++i) {
       silent.push_back(std::make_unique<rh::connection>(gw.grpc_port, 2s));
-      if (i % 100 == 99) std::this_thread::sleep_for(50ms);
+      if (i % 100 == 99) std::this_thread::sleep_for(50ms);  // the flood's pace: 100 connections, a pause
     }
   });
-  std::this_thread::sleep_for(300ms);
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_client_connections") >= 100; }, 5s));  // the flood is on
   g.run(gw.grpc_port, 60, true);  // a new connection for every call, while the flood goes on
   flood.join();
   check_good(g, 1000);
@@ -262,7 +263,7 @@ TEST_CASE("out of descriptors, the accept loop pauses instead of spinning and re
   for (int i = 0; i < 400; ++i) silent.push_back(std::make_unique<rh::connection>(gw.grpc_port, 1s));
   REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_conn_accept_errors_total") > 0; }, 5s));
   const double cpu0 = cpu_secs(gw.proc.pid());
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(2s);  // the span is the test: the CPU scg burns in 2 s out of descriptors
   const double used = cpu_secs(gw.proc.pid()) - cpu0;
   INFO("scg used " << used << " s of CPU in 2 s with its descriptors spent");
   CHECK(used < 0.5);
@@ -346,7 +347,8 @@ TEST_CASE("a backend that stops answering (SIGSTOP) fails its calls UNAVAILABLE 
   REQUIRE_FALSE(session.empty());
 
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
-  std::this_thread::sleep_for(500ms);  // the call is open, between responses
+  // The call is open at the backend, between responses.
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 1; }, 5s));
   a.proc.signal(SIGSTOP);
   auto [st, took, responses] = call.get();
   a.proc.signal(SIGCONT);
@@ -373,7 +375,8 @@ TEST_CASE("a backend behind a cut link fails its calls UNAVAILABLE within keepal
       session = "cut-" + std::to_string(i);
   REQUIRE_FALSE(session.empty());
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
-  std::this_thread::sleep_for(500ms);
+  // The call is open at the backend, between responses.
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 1; }, 5s));
   link.cut();  // no reset, no FIN: the packets just stop
   auto [st, took, responses] = call.get();
   INFO(st.error_message() << " after " << took.count() << " ms");
@@ -521,7 +524,9 @@ TEST_CASE("an upload to a backend that stops reading holds its stream window in 
     });
     uploads.push_back(std::move(u));
   }
-  std::this_thread::sleep_for(2s);
+  // The uploads are stuck: they sent something, then flow control holds them.
+  CHECK(eventually([&] { return sent.load() > 0; }, 5s));
+  CHECK(settles([&] { return sent.load(); }, 300ms, 10s));
   // Good calls to sessions on fake-a, while the uploads are stuck.
   good_client g;
   std::vector<std::string> on_a;

@@ -127,7 +127,7 @@ bool eventually(F ok, std::chrono::milliseconds timeout) {
   auto until = std::chrono::steady_clock::now() + timeout;
   while (!ok()) {
     if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(5ms);  // the poll interval
   }
   return true;
 }
