@@ -420,7 +420,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           core::audit("session.release", {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id}});
       },
       [=](forget_atom, const std::string& key) {
-        // Released elsewhere in the cluster: forget it here too.
+        // Released elsewhere in the cluster: forget it here too. Unless it is
+        // bound again: a rebind replicates as a delete, then the new binding,
+        // and the cluster actor may have applied both before this arrives.
+        if (self->state.table->session_last_seen(key)) return;
         if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
           return forget_idle(self, it);
         to_session(self, key, release_atom::value);
