@@ -142,11 +142,7 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-fake-responses", "20");
   ctx.AddMetadata("x-fake-delay-ms", "100");
-  sc::ExecutePlanRequest req;
-  req.set_session_id("kill-0");
-  *req.mutable_user_context() = user("ursula");
-  req.set_operation_id("op-survives-kill");
-  auto reader = stub2->ExecutePlan(&ctx, req);
+  auto reader = stub2->ExecutePlan(&ctx, execute("kill-0", "ursula", "op-survives-kill"));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   std::string last = r.response_id();
@@ -164,12 +160,7 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   auto stub0 = stub_to(env.replicas[0]->grpc_port);
   grpc::ClientContext rctx;
   rctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  sc::ReattachExecuteRequest re;
-  re.set_session_id("kill-0");
-  *re.mutable_user_context() = user("ursula");
-  re.set_operation_id("op-survives-kill");
-  re.set_last_response_id(last);
-  auto reattached = stub0->ReattachExecute(&rctx, re);
+  auto reattached = stub0->ReattachExecute(&rctx, reattach("kill-0", "ursula", "op-survives-kill", last));
   bool complete = false;
   while (reattached->Read(&r)) complete = complete || r.has_result_complete();
   auto s = reattached->Finish();
@@ -607,10 +598,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
     ctx.AddMetadata("x-fake-responses", "80");
     ctx.AddMetadata("x-fake-delay-ms", "100");
     ctx.AddMetadata("x-fake-stream-max-responses", "5");
-    sc::ExecutePlanRequest req;
-    req.set_session_id("limit-across");
-    *req.mutable_user_context() = user("ursula");
-    req.set_operation_id("op-limit-across");
+    auto req = execute("limit-across", "ursula", "op-limit-across");
     // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
     std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
     REQUIRE(req.ParseFromString(body));
@@ -637,12 +625,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
   for (; streams < 20 && status.ok(); ++streams) {
     grpc::ClientContext rctx;
     rctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    sc::ReattachExecuteRequest re;
-    re.set_session_id("limit-across");
-    *re.mutable_user_context() = user("ursula");
-    re.set_operation_id("op-limit-across");
-    re.set_last_response_id(last);
-    auto reattached = stub1->ReattachExecute(&rctx, re);
+    auto reattached = stub1->ReattachExecute(&rctx, reattach("limit-across", "ursula", "op-limit-across", last));
     sc::ExecutePlanResponse r;
     while (reattached->Read(&r)) last = r.response_id();
     status = reattached->Finish();

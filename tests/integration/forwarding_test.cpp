@@ -103,26 +103,6 @@ stream_result read_stream(
   return out;
 }
 
-sc::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
-                               const std::string& op_id = "") {
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user(user_id);
-  req.set_plan("plan bytes scg never parses");
-  if (!op_id.empty()) req.set_operation_id(op_id);
-  return req;
-}
-
-sc::ReattachExecuteRequest reattach(const std::string& session, const std::string& user_id,
-                                    const std::string& op_id, const std::string& last) {
-  sc::ReattachExecuteRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user(user_id);
-  req.set_operation_id(op_id);
-  if (!last.empty()) req.set_last_response_id(last);
-  return req;
-}
-
 }  // namespace
 
 TEST_CASE("every known rpc passes with its metadata, trailers and session ids intact",

@@ -42,14 +42,6 @@ std::string log_tail(const std::string& path, std::size_t n = 30) {
   return out;
 }
 
-sc::ExecutePlanRequest execute(const std::string& session, const std::string& user_id) {
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user(user_id);
-  req.set_plan("plan bytes scg never parses");
-  return req;
-}
-
 /// One Config, with the client's compression `algo` (GRPC_COMPRESS_NONE: plain).
 grpc::Status config(sc::SparkConnectService::Stub& stub, const std::string& session, const std::string& user_id,
                     grpc_compression_algorithm algo, std::string* backend, sc::ConfigResponse* out = nullptr,

@@ -347,6 +347,26 @@ spark::connect::UserContext user(const std::string& id) {
   return u;
 }
 
+spark::connect::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
+                                           const std::string& op_id) {
+  spark::connect::ExecutePlanRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user(user_id);
+  req.set_plan("plan bytes scg never parses");
+  if (!op_id.empty()) req.set_operation_id(op_id);
+  return req;
+}
+
+spark::connect::ReattachExecuteRequest reattach(const std::string& session, const std::string& user_id,
+                                                const std::string& op_id, const std::string& last) {
+  spark::connect::ReattachExecuteRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user(user_id);
+  req.set_operation_id(op_id);
+  if (!last.empty()) req.set_last_response_id(last);
+  return req;
+}
+
 
 void skip_test(const std::string& reason) {
   const auto& config = *Catch::getCurrentContext().getConfig();

@@ -238,4 +238,12 @@ class netns_link {
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);
 
+/// An ExecutePlan of `session` by `user_id` (operation id `op_id` when given).
+spark::connect::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
+                                           const std::string& op_id = "");
+
+/// A ReattachExecute of operation `op_id`, after response `last` when given.
+spark::connect::ReattachExecuteRequest reattach(const std::string& session, const std::string& user_id,
+                                                const std::string& op_id, const std::string& last);
+
 }  // namespace scg::test

@@ -324,11 +324,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   ctx.AddMetadata("x-tenant", "team-a");
   ctx.AddMetadata("x-fake-responses", "100");
   ctx.AddMetadata("x-fake-delay-ms", "100");
-  sc::ExecutePlanRequest req;
-  req.set_session_id("b-0");
-  *req.mutable_user_context() = user_ctx("u");
-  req.set_operation_id("runaway-op");
-  auto reader = stub->ExecutePlan(&ctx, req);
+  auto reader = stub->ExecutePlan(&ctx, execute("b-0", "u", "runaway-op"));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 1);
@@ -336,10 +332,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   {
     grpc::ClientContext ctx2;
     ctx2.AddMetadata("x-tenant", "team-a");
-    sc::ExecutePlanRequest req2;
-    req2.set_session_id("b-1");
-    *req2.mutable_user_context() = user_ctx("u");
-    auto second = stub->ExecutePlan(&ctx2, req2);
+    auto second = stub->ExecutePlan(&ctx2, execute("b-1", "u"));
     while (second->Read(&r)) {
     }
     auto s2 = second->Finish();
@@ -359,11 +352,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
     // A reattach of the killed operation is told the same, not forwarded.
     grpc::ClientContext rctx;
     rctx.AddMetadata("x-tenant", "team-a");
-    sc::ReattachExecuteRequest rr;
-    rr.set_session_id("b-0");
-    *rr.mutable_user_context() = user_ctx("u");
-    rr.set_operation_id("runaway-op");
-    auto again = stub->ReattachExecute(&rctx, rr);
+    auto again = stub->ReattachExecute(&rctx, reattach("b-0", "u", "runaway-op", ""));
     while (again->Read(&r)) {
     }
     auto rs = again->Finish();

@@ -755,13 +755,28 @@ def tls_token():
 # --- clients -------------------------------------------------------------------------------------
 
 
-def go_client(url: str, *queries: str, timeout: float = 120) -> list[dict]:
-    exe = lab.LAB / "goclient"
-    r = subprocess.run([str(exe), "-remote", url, *queries], capture_output=True, text=True, timeout=timeout)
+def client_lines(name: str, argv: list, timeout: float) -> list[dict]:
+    """Runs a client program that prints one JSON line per statement."""
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     if not lines:
-        raise AssertionError(f"goclient printed nothing (exit {r.returncode}): {r.stderr[-400:]}")
+        raise AssertionError(f"{name} printed nothing (exit {r.returncode}): {r.stderr[-600:]}")
     return lines
+
+
+# The statements both client scenarios run, and what each must return.
+CLIENT_QUERIES = ("select count(*) from range(12345)", "select sum(id) from range(1000)", sleep_sql(8000))
+
+
+def check_client_queries(out: list[dict]) -> None:
+    check(out[0].get("first") == [12345] and not out[0].get("error"), f"count through scg: {out[0]}")
+    check(out[1].get("first") == [499500], f"sum through scg: {out[1]}")
+    check(not out[2].get("error") and out[2].get("first", [None, None])[1] == 42,
+          f"an 8 s query (past the 3 s stream duration) completes: {out[2]}")
+
+
+def go_client(url: str, *queries: str, timeout: float = 120) -> list[dict]:
+    return client_lines("goclient", [str(lab.LAB / "goclient"), "-remote", url, *queries], timeout)
 
 
 @scenario
@@ -773,12 +788,7 @@ def go_client_queries():
     token, backends = servers("spark43a", "spark43b")
     # One execution at a time: a finished non-reattachable execution must give its slot back.
     scg = lab.Scg(lab.base_config(backends, token, limits={"per_tenant": {"max_executions": 1}}), lab.workdir("go"))
-    out = go_client(f"sc://127.0.0.1:{scg.grpc}", "select count(*) from range(12345)", "select sum(id) from range(1000)",
-                    sleep_sql(8000))
-    check(out[0].get("first") == [12345] and not out[0].get("error"), f"count through scg: {out[0]}")
-    check(out[1].get("first") == [499500], f"sum through scg: {out[1]}")
-    check(not out[2].get("error") and out[2].get("first", [None, None])[1] == 42,
-          f"an 8 s query (past the 3 s stream duration) completes: {out[2]}")
+    check_client_queries(go_client(f"sc://127.0.0.1:{scg.grpc}", *CLIENT_QUERIES))
     check(scg.metric("scg_forward_rpcs_total", {"rpc": "ReattachExecute"}) == 0,
           "without reattaching: the server never cut its stream")
 
@@ -791,12 +801,8 @@ def jvm_client(url: str, *queries: str, timeout: float = 180, jvm_opts: tuple = 
     # Arrow reads direct buffers by reflection: the module options Spark's own launcher passes.
     opens = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
              "-Dio.netty.tryReflectionSetAccessible=true"]
-    r = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *opens, *jvm_opts, "-cp", cp,
-                        "JvmClient", url, *queries], capture_output=True, text=True, timeout=timeout)
-    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if not lines:
-        raise AssertionError(f"jvmclient printed nothing (exit {r.returncode}): {r.stderr[-600:]}")
-    return lines
+    return client_lines("jvmclient", ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *opens,
+                                      *jvm_opts, "-cp", cp, "JvmClient", url, *queries], timeout)
 
 
 @scenario
@@ -808,12 +814,8 @@ def jvm_client_queries():
     without a second slot), and a result of several Arrow batches."""
     token, backends = servers("spark43a", "spark43b")
     scg = lab.Scg(lab.base_config(backends, token, limits={"per_tenant": {"max_executions": 1}}), lab.workdir("jvm"))
-    out = jvm_client(scg.url(), "select count(*) from range(12345)", "select sum(id) from range(1000)",
-                     sleep_sql(8000), "select id, repeat('x', 100) as pad from range(200000)")
-    check(out[0].get("first") == [12345] and not out[0].get("error"), f"count through scg: {out[0]}")
-    check(out[1].get("first") == [499500], f"sum through scg: {out[1]}")
-    check(not out[2].get("error") and out[2].get("first", [None, None])[1] == 42,
-          f"an 8 s query (past the 3 s stream duration) completes: {out[2]}")
+    out = jvm_client(scg.url(), *CLIENT_QUERIES, "select id, repeat('x', 100) as pad from range(200000)")
+    check_client_queries(out)
     check(out[3].get("rows") == 200000 and not out[3].get("error"), f"200000 rows of ~100 bytes: {out[3]}")
     reattaches = scg.metric("scg_forward_rpcs_total", {"rpc": "ReattachExecute"})
     check(reattaches >= 1, f"the JVM client reattached to the cut stream ({reattaches:.0f} ReattachExecute)")
