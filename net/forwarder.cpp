@@ -25,8 +25,12 @@
 //   6. operation ids and cloned sessions are learned from the first response;
 //   7. the backend's headers, trailers and status (with details) go back to
 //      the client unchanged (a Config response has the backend's own token
-//      redacted); an execution past its tenant's max_execution_secs is
-//      interrupted on the backend and ends DEADLINE_EXCEEDED.
+//      redacted, a grpc-status that is not one made INTERNAL); an execution
+//      past its tenant's max_execution_secs is interrupted on the backend.
+//
+// Whatever scg answers itself (a refusal, a limit, a backend it cannot
+// reach) goes through finish_local(reason, message): one row of
+// core/local_reply.hpp says its status, counters and log line.
 #include "net/forwarder.hpp"
 
 #include <grpcpp/generic/generic_stub.h>
