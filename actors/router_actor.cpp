@@ -219,7 +219,7 @@ void forget_idle(self_ptr self, std::unordered_map<std::string, caf::actor>::ite
 void resolve_new(self_ptr self, const std::string& key, const route_callback& done) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
-  if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down"});
+  if (!st.accepting) return done({std::nullopt, "scg: replica is shutting down", core::local_reason::shutting_down});
   if (auto refused = refuse_new(st, key)) return done(*refused);
   if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
   done(decide_here(self, key));
