@@ -44,7 +44,8 @@ using put_atom = caf::atom_constant<caf::atom("put")>;      // (key, backend nam
 using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
 
 // router ↔ router of another replica (remote): the key's owner decides
-using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key, backend name) -> backend name
+using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key) -> backend name: decide a new session
+                                                              // (key, backend name) -> binding in force: one made here (a clone, a found holder)
 
 // router ← session actor
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten

@@ -135,6 +135,13 @@ void replicate(self_ptr self, Ts&&... xs) {
   if (self->state.cluster) self->send(self->state.cluster, std::forward<Ts>(xs)...);
 }
 
+/// Replicates `key` → `value`; an operation's entry also names its session
+/// and its start (wall ms).
+void replicate_put(self_ptr self, std::string key, std::string value, std::string session = {},
+                   std::uint64_t started_ms = 0) {
+  replicate(self, put_atom::value, std::move(key), std::move(value), std::move(session), started_ms);
+}
+
 /// This replica decides: placement, binding, replication. Re-checks the
 /// table first: a decision made while we waited on an answer stands. The
 /// session was admitted (refuse_new) by the replica the call arrived at, so
@@ -149,7 +156,7 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   }
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
-  replicate(self, put_atom::value, "s/" + key, st.backends[b]->name, std::string(), std::uint64_t{0});
+  replicate_put(self, "s/" + key, st.backends[b]->name);
   if (auto k = session_key::parse(key))
     core::audit(is_new ? "session.create" : "session.rebind",
                 {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id},
@@ -286,8 +293,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // In a cluster the key's owner confirms (a concurrent decision there stands).
         auto bind_found = [=](const std::string& name) {
           auto r = adopt(self, key, name);
-          if (r.backend) replicate(self, put_atom::value, "s/" + key, self->state.backends[*r.backend]->name,
-                                   std::string(), std::uint64_t{0});
+          if (r.backend) replicate_put(self, "s/" + key, self->state.backends[*r.backend]->name);
           for (auto& d : waiting) d(r);
         };
         std::vector<std::string> all = st.member_names;
@@ -356,11 +362,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         return core::owner_of(key, all) == st.settings.node_name;
       },
       [=](health_atom, const std::string& name, bool healthy) {
-        replicate(self, put_atom::value, "h/" + name,
-                  std::string(healthy ? "healthy" : "unhealthy"), std::string(), std::uint64_t{0});
+        replicate_put(self, "h/" + name, healthy ? "healthy" : "unhealthy");
       },
       [=](load_atom, const std::string& name, double utilization) {
-        replicate(self, put_atom::value, "l/" + name, std::to_string(utilization), std::string(), std::uint64_t{0});
+        replicate_put(self, "l/" + name, std::to_string(utilization));
       },
       [=](clone_atom, const std::string& key, backend_index backend, const route_callback& done) {
         auto& st = self->state;
@@ -368,7 +373,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
         const auto& name = st.backends[backend]->name;
-        replicate(self, put_atom::value, "s/" + key, name, std::string(), std::uint64_t{0});
+        replicate_put(self, "s/" + key, name);
         // The clone's first call may reach any replica the moment the client
         // has its answer: the key's owner, whom a replica without the binding
         // asks, learns it before the answer goes out.
@@ -394,8 +399,8 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
         if (auto op = st.table->find_op(op_id, now_ms()))
-          replicate(self, put_atom::value, "o/" + op_id, st.backends[op->backend]->name, key,
-                    static_cast<std::uint64_t>(op->started_wall_ms));
+          replicate_put(self, "o/" + op_id, st.backends[op->backend]->name, key,
+                        static_cast<std::uint64_t>(op->started_wall_ms));
         // A session of this replica gets its actor with its first live operation.
         auto it = st.sessions.find(key);
         if (it != st.sessions.end() && !it->second)
@@ -451,7 +456,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         self->state.backends[*b]->draining = on;
         spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);
         if (on)
-          replicate(self, put_atom::value, "d/" + name, std::string("draining"), std::string(), std::uint64_t{0});
+          replicate_put(self, "d/" + name, std::string("draining"));
         else
           replicate(self, erase_atom::value, "d/" + name);
       },

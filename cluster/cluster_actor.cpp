@@ -46,11 +46,6 @@ constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups
 constexpr std::int64_t max_dial_backoff_ms = 2000;
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 
-std::int64_t wall_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
 struct member {
   std::string address;
   caf::actor cluster;
@@ -74,7 +69,7 @@ struct cluster_state {
   std::int64_t session_ttl_ms = 0;
   std::int64_t op_ttl_ms = 0;
   std::string self_address;  // what peers dial to reach us
-  hlc clock{[] { return static_cast<std::uint64_t>(wall_ms()); }};
+  hlc clock{[] { return static_cast<std::uint64_t>(actors::wall_now_ms()); }};
   replicated_table table;
   std::shared_ptr<actors::session_table> sessions;
   actors::backend_list backends;
@@ -149,7 +144,7 @@ void apply(cluster_state& st, const entry& e) {
 void publish_view(self_ptr self) {
   auto& st = self->state;
   std::vector<member_info> infos;
-  infos.push_back({st.cfg.node_name, st.self_address, "self", wall_ms(), 0});
+  infos.push_back({st.cfg.node_name, st.self_address, "self", actors::wall_now_ms(), 0});
   for (const auto& [name, m] : st.members)
     infos.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms});
   st.view->set(std::move(infos), st.conflicts, st.synced);
@@ -219,7 +214,7 @@ void write_local(self_ptr self, entry e) {
   auto& st = self->state;
   const entry& in_force =
       e.deleted ? st.table.erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
-                                 static_cast<std::uint64_t>(wall_ms()))
+                                 static_cast<std::uint64_t>(actors::wall_now_ms()))
                 : st.table.put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name}, e.started_ms);
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
@@ -235,7 +230,7 @@ void write_local(self_ptr self, entry e) {
 /// One pass over the table per anti-entropy round.
 void refresh_or_expire(self_ptr self) {
   auto& st = self->state;
-  const auto wall = wall_ms();
+  const auto wall = actors::wall_now_ms();
   const auto steady = actors::now_ms();
   std::vector<entry> touch;
   std::vector<std::string> expire;
@@ -267,7 +262,7 @@ void refresh_or_expire(self_ptr self) {
 /// their write is observed (repairs carry old entries).
 void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
   auto& st = self->state;
-  const auto now = wall_ms();
+  const auto now = actors::wall_now_ms();
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
   auto& metrics = core::global_metrics();
@@ -306,7 +301,7 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
 void forget_departed(self_ptr self) {
   auto& st = self->state;
   if (st.cfg.forget_after_secs <= 0) return;
-  const auto now = wall_ms();
+  const auto now = actors::wall_now_ms();
   bool changed = false;
   for (auto it = st.members.begin(); it != st.members.end();) {
     const auto& m = it->second;
@@ -333,7 +328,7 @@ void greet(self_ptr self, const caf::actor& peer) {
 void dial(self_ptr self, const std::string& address) {
   auto& t = self->state.targets[address];
   if (t.connected || t.in_flight || self->state.self_addresses.count(address)) return;
-  if (wall_ms() < t.next_attempt_ms) return;
+  if (actors::wall_now_ms() < t.next_attempt_ms) return;
   // Every target was checked on the way in (config, hello, gossip).
   auto target = core::parse_host_port(address);
   if (!target) return;
@@ -354,7 +349,7 @@ void dial(self_ptr self, const std::string& address) {
           [=](const caf::error& err) {
             auto& t = self->state.targets[address];
             t.in_flight = false;
-            t.next_attempt_ms = wall_ms() + t.backoff_ms;
+            t.next_attempt_ms = actors::wall_now_ms() + t.backoff_ms;
             t.backoff_ms = std::min(t.backoff_ms * 2, max_dial_backoff_ms);
             log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
           });
@@ -446,7 +441,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           self->send(sender, digest_atom::value, digest_of(st.table));
           log().info("member_up node={} address={}", name, address);
         }
-        m.last_seen_ms = wall_ms();
+        m.last_seen_ms = actors::wall_now_ms();
         st.targets[address].connected = true;
         for (const auto& a : known)
           if (core::parse_host_port(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
@@ -526,7 +521,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         auto digest = digest_of(st.table);
         for (const auto& [name, m] : st.members)
           if (m.up) self->send(m.cluster, digest_atom::value, digest);
-        st.table.expire_tombstones(static_cast<std::uint64_t>(wall_ms()));
+        st.table.expire_tombstones(static_cast<std::uint64_t>(actors::wall_now_ms()));
         refresh_or_expire(self);
         publish_view(self);
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);

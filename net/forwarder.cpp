@@ -355,9 +355,7 @@ class forward_call final : public h2::server_stream,
       return finish_local(reason::backend_unavailable,
                           "scg: backend " + backend_->name + " (" + backend_->address + ") is unavailable: " + cause);
     }
-    if (error_code == NGHTTP2_NO_ERROR && why.empty())
-      return finish_local(reason::backend_no_status,
-                          "scg: backend " + backend_->name + " ended the stream without a gRPC status");
+    if (error_code == NGHTTP2_NO_ERROR && why.empty()) return finish_without_status();
     finish_local(core::reason_of_reset(error_code, !why.empty()),
                  "scg: backend " + backend_->name + " broke off the stream: " +
                      (why.empty() ? "HTTP/2 error " + std::to_string(error_code) : why));
@@ -1055,9 +1053,7 @@ class forward_call final : public h2::server_stream,
     const h2::header* grpc_status = nullptr;
     for (const auto& h : status)
       if (h.name == "grpc-status") grpc_status = &h;
-    if (!grpc_status)
-      return finish_local(reason::backend_no_status,
-                          "scg: backend " + backend_->name + " ended the stream without a gRPC status");
+    if (!grpc_status) return finish_without_status();
     const auto parsed = core::parse_grpc_status(grpc_status->value);
     if (!parsed)
       return finish_local(reason::backend_bad_status, "scg: backend " + backend_->name + " sent grpc-status \"" +
@@ -1138,6 +1134,10 @@ class forward_call final : public h2::server_stream,
              core::status_code_name(code), held, message);
   }
 
+  /// The backend's stream ended, its trailers (if any) without grpc-status.
+  void finish_without_status() {
+    finish_local(reason::backend_no_status, "scg: backend " + backend_->name + " ended the stream without a gRPC status");
+  }
 
  public:
   /// Cancels the call at the shutdown deadline.
