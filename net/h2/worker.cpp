@@ -48,6 +48,9 @@ void worker::tick() {
     if (u) all.push_back(u);
   for (auto& c : all) c->tick(now);
   flush_dirty();
+  // A relief skipped for its 10 ms pause is retried here: a worker whose
+  // windows are all spent reads nothing more that would call it.
+  check_budget();
   const auto held = buffered.load(std::memory_order_relaxed);
   core::global_metrics().buffered_bytes.fetch_add(static_cast<std::uint64_t>(held - reported_buffered_),
                                                   std::memory_order_relaxed);
