@@ -47,7 +47,7 @@ struct backend_actor_state {
   std::shared_ptr<backend_state> backend;
   backend_index index = 0;
   std::shared_ptr<session_table> table;
-  caf::actor router;
+  router_actor router;
   config::health health;
   std::unique_ptr<health_streak> streak;
   static inline const char* name = "backend";
@@ -82,8 +82,8 @@ const std::string& probe_request() {
   return bytes;
 }
 
-/// Sends one probe; its outcome comes back to `actor` as (probe_atom, answered).
-void send_probe(backend_state& b, int timeout_ms, const std::string& token, caf::actor actor) {
+/// Sends one probe; its outcome comes back to `actor` as (probed_atom, answered).
+void send_probe(backend_state& b, int timeout_ms, const std::string& token, backend_actor actor) {
   struct call {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request, response;
@@ -97,15 +97,16 @@ void send_probe(backend_state& b, int timeout_ms, const std::string& token, caf:
                     &c->request, &c->response, [c, actor](grpc::Status s) {
                       bool answered = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
                                       s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
-                      caf::anon_send(actor, probe_atom::value, answered);
+                      caf::anon_send(actor, probed_atom::value, answered);
                       delete c;
                     });
 }
 
-caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
-                            std::shared_ptr<backend_state> backend, backend_index index,
-                            std::shared_ptr<session_table> table, config::health health, caf::actor router,
-                            std::string token) {
+using self_ptr = backend_actor::stateful_pointer<backend_actor_state>;
+
+backend_actor::behavior_type backend_behavior(self_ptr self, std::shared_ptr<backend_state> backend,
+                                              backend_index index, std::shared_ptr<session_table> table,
+                                              config::health health, router_actor router, std::string token) {
   self->state.backend = std::move(backend);
   self->state.index = index;
   self->state.table = std::move(table);
@@ -134,7 +135,7 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         if (!down) b.down_since_ms = 0;
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
-      [=](probe_atom, bool answered) {
+      [=](probed_atom, bool answered) {
         auto& st = self->state;
         switch (st.streak->record(answered)) {
           case health_streak::change::became_unhealthy:
@@ -159,30 +160,20 @@ caf::behavior backend_actor(caf::stateful_actor<backend_actor_state>* self,
         auto& st = self->state;
         if (resting(st))
           return self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
-        self->request(st.router, std::chrono::seconds(1), owner_atom::value, "h/" + st.backend->name)
-            .then(
-                [=](bool mine) {
-                  if (mine)
-                    send_probe(*self->state.backend, self->state.health.timeout_ms, token,
-                               caf::actor_cast<caf::actor>(self));
-                  else
-                    self->delayed_send(self, std::chrono::milliseconds(self->state.health.interval_ms),
-                                       probe_atom::value);
-                },
-                [=](const caf::error&) {
-                  send_probe(*self->state.backend, self->state.health.timeout_ms, token,
-                             caf::actor_cast<caf::actor>(self));
-                });
+        ask_owner(self, st.router, "h/" + st.backend->name, [=](bool mine) {
+          if (mine) return send_probe(*self->state.backend, self->state.health.timeout_ms, token, self);
+          self->delayed_send(self, std::chrono::milliseconds(self->state.health.interval_ms), probe_atom::value);
+        });
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
-                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router,
-                         std::string token) {
-  return sys.spawn(backend_actor, std::move(backend), index, std::move(table), health, std::move(router),
+backend_actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
+                            std::shared_ptr<session_table> table, const config::health& health, router_actor router,
+                            std::string token) {
+  return sys.spawn(backend_behavior, std::move(backend), index, std::move(table), health, std::move(router),
                    std::move(token));
 }
 

@@ -20,7 +20,7 @@ struct load_poller_state {
   std::unique_ptr<ewma> average;
   std::chrono::milliseconds interval{2000};
   std::string app_id;
-  caf::actor router;
+  router_actor router;
   bool failing = false;  // the last poll failed (log only on changes)
   static inline const char* name = "load_poller";
 };
@@ -59,10 +59,10 @@ load_result poll_once(load_poller_state& st) {
   return parse_spark_load(executors, stages);
 }
 
-constexpr auto owner_timeout = std::chrono::seconds(1);
+using self_ptr = load_poller_actor::stateful_pointer<load_poller_state>;
 
 /// Polls once and records the result.
-void poll(caf::stateful_actor<load_poller_state>* self) {
+void poll(self_ptr self) {
   auto& st = self->state;
   auto log = spdlog::get("backend");
   st.backend->polls_total.fetch_add(1, std::memory_order_relaxed);
@@ -85,9 +85,9 @@ void poll(caf::stateful_actor<load_poller_state>* self) {
   }
 }
 
-caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
-                                std::shared_ptr<backend_state> backend, double alpha,
-                                std::chrono::milliseconds interval, caf::actor router) {
+load_poller_actor::behavior_type load_poller_behavior(self_ptr self, std::shared_ptr<backend_state> backend,
+                                                      double alpha, std::chrono::milliseconds interval,
+                                                      router_actor router) {
   auto& st = self->state;
   st.backend = std::move(backend);
   st.average = std::make_unique<ewma>(alpha);
@@ -97,27 +97,20 @@ caf::behavior load_poller_actor(caf::stateful_actor<load_poller_state>* self,
   return {
       [=](tick_atom) {
         // Only the backend's owner polls; the others get its figure replicated.
-        self->request(self->state.router, owner_timeout, owner_atom::value, "l/" + self->state.backend->name)
-            .then(
-                [=](bool mine) {
-                  if (mine && !self->state.backend->removed.load()) poll(self);
-                  self->delayed_send(self, self->state.interval, tick_atom::value);
-                },
-                [=](const caf::error&) {
-                  // No answer: better a duplicate poll than none.
-                  if (!self->state.backend->removed.load()) poll(self);
-                  self->delayed_send(self, self->state.interval, tick_atom::value);
-                });
+        ask_owner(self, self->state.router, "l/" + self->state.backend->name, [=](bool mine) {
+          if (mine && !self->state.backend->removed.load()) poll(self);
+          self->delayed_send(self, self->state.interval, tick_atom::value);
+        });
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                             double alpha, std::chrono::milliseconds interval, caf::actor router) {
+load_poller_actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend, double alpha,
+                                    std::chrono::milliseconds interval, router_actor router) {
   // Detached: the HTTP client blocks for up to its timeouts.
-  return sys.spawn<caf::detached>(load_poller_actor, std::move(backend), alpha, interval,
+  return sys.spawn<caf::detached>(load_poller_behavior, std::move(backend), alpha, interval,
                                   std::move(router));
 }
 

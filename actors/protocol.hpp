@@ -1,6 +1,7 @@
 #pragma once
-// The actor protocol: every message the router, session and backend actors
-// exchange, in one place. CAF 0.17: atoms are at most 10 characters.
+// The actor protocol: every message the router, session, backend and
+// load-poller actors take, as typed interfaces, and what the router sends
+// its cluster actor (cluster/messages.hpp has what replicas send each other).
 
 #include <caf/all.hpp>
 
@@ -16,45 +17,108 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(scg::actors::route_callback)
 
 namespace scg::actors {
 
-// router ← data path (through scg::actors::router)
-using bind_atom = caf::atom_constant<caf::atom("bind")>;        // (key, route_callback)
-                                                                // (key, route_callback, session, user, observed):
-                                                                //   a session a server may still hold
-using holder_atom = caf::atom_constant<caf::atom("holder")>;    // (key, int64 backend or -1): search result
-using clone_atom = caf::atom_constant<caf::atom("clone")>;      // (key, backend_index, route_callback)
-using rebind_atom = caf::atom_constant<caf::atom("rebind")>;    // (key, route_callback)
+// Every message has one meaning; the typed interfaces below say who takes
+// it, and the compiler rejects a message an actor does not take. CAF 0.17:
+// atoms are at most 10 characters.
 
-// router ← load poller
-using owner_atom = caf::atom_constant<caf::atom("owner")>;  // (key) -> bool: this replica owns it
-using load_atom = caf::atom_constant<caf::atom("load")>;    // (backend name, utilization): share it
-using health_atom = caf::atom_constant<caf::atom("health")>;  // (backend name, bool healthy): share it
-using op_atom = caf::atom_constant<caf::atom("op")>;            // (key, op_id): started
-using op_done_atom = caf::atom_constant<caf::atom("op_done")>;  // (key, op_id): released
-using release_atom = caf::atom_constant<caf::atom("release")>;  // (key): ReleaseSession
-using drain_atom = caf::atom_constant<caf::atom("drain")>;      // (): no new sessions
-using backend_atom = caf::atom_constant<caf::atom("backend")>;  // (name): joined the running set
-                                                                // (name, bool): drain a backend
+using bind_atom = caf::atom_constant<caf::atom("bind")>;          // a new session: place it
+using held_atom = caf::atom_constant<caf::atom("held")>;          // a session a server may still hold: find it
+using rebind_atom = caf::atom_constant<caf::atom("rebind")>;      // a session off its lost backend
+using clone_atom = caf::atom_constant<caf::atom("clone")>;        // CloneSession's new session, on the original's backend
+using op_atom = caf::atom_constant<caf::atom("op")>;              // an operation started
+using op_done_atom = caf::atom_constant<caf::atom("op_done")>;    // an operation released
+using release_atom = caf::atom_constant<caf::atom("release")>;    // a session released (ReleaseSession)
+using closing_atom = caf::atom_constant<caf::atom("closing")>;    // the replica drains: no new sessions
+using drain_atom = caf::atom_constant<caf::atom("drain")>;        // drain or undrain one backend
+using backend_atom = caf::atom_constant<caf::atom("backend")>;    // a backend joined the running set
+using owner_atom = caf::atom_constant<caf::atom("owner")>;        // does this replica own the key?
+using health_atom = caf::atom_constant<caf::atom("health")>;      // a backend's probe verdict changed
+using load_atom = caf::atom_constant<caf::atom("load")>;          // a backend's utilization, polled
+using ended_atom = caf::atom_constant<caf::atom("ended")>;        // a session actor forgot its session
+using idle_atom = caf::atom_constant<caf::atom("idle")>;          // a session actor's last operation ended
+using members_atom = caf::atom_constant<caf::atom("members")>;    // the live members of the cluster
+using forget_atom = caf::atom_constant<caf::atom("forget")>;      // a session released on a peer
+using holder_atom = caf::atom_constant<caf::atom("holder")>;      // a holder search's result
+using decide_atom = caf::atom_constant<caf::atom("decide")>;      // the key's owner: the binding in force
+using put_atom = caf::atom_constant<caf::atom("put")>;            // replicate a local write
+using erase_atom = caf::atom_constant<caf::atom("erase")>;        // replicate a local delete
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a replicated binding, by key
+using expire_atom = caf::atom_constant<caf::atom("expire")>;      // the router's sweep saw a session idle
+using tick_atom = caf::atom_constant<caf::atom("tick")>;          // a self-addressed timer
+using probe_atom = caf::atom_constant<caf::atom("probe")>;        // time to probe the backend
+using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's outcome
 
-// router ← cluster actor
-using forget_atom = caf::atom_constant<caf::atom("forget")>;  // (key): released on a peer
-using members_atom = caf::atom_constant<caf::atom("members")>;  // (names, routers): the live members
+/// What a replica's cluster actor takes from its router (cluster/messages.hpp
+/// extends it with what replicas send each other).
+using replication_actor = caf::typed_actor<
+    caf::reacts_to<put_atom, std::string, std::string, std::string, std::uint64_t>,  // key, value, session, started wall ms or 0
+    caf::reacts_to<erase_atom, std::string>,                                          // key
+    caf::replies_to<lookup_atom, std::string>::with<std::string>,  // key -> value, "" when none
+    caf::reacts_to<backend_atom, std::string>>;                    // name: re-apply what peers said of it
 
-// router → cluster actor: replicate a local write
-using put_atom = caf::atom_constant<caf::atom("put")>;      // (key, backend name, session, started wall ms or 0)
-using erase_atom = caf::atom_constant<caf::atom("erase")>;  // (key)
+/// What a router takes from other replicas' routers (remote: the handles
+/// travel as caf::actor in the cluster protocol and are cast to this). The
+/// wire shape predates the typed interfaces and is kept for mixed versions.
+using peer_router_actor = caf::typed_actor<
+    // key -> backend name ("" none): the key's owner decides a new session
+    caf::replies_to<decide_atom, std::string>::with<std::string>,
+    // key, proposed backend -> the binding in force: a peer bound a clone or
+    // found a holder, and the owner takes it unless a binding stands
+    caf::replies_to<decide_atom, std::string, std::string>::with<std::string>>;
 
-// router ↔ router of another replica (remote): the key's owner decides
-using decide_atom = caf::atom_constant<caf::atom("decide")>;  // (key) -> backend name: decide a new session
-                                                              // (key, backend name) -> binding in force: one made here (a clone, a found holder)
+/// The router: the session directory and its placement decisions.
+using router_actor = peer_router_actor::extend<
+    // from the data path (actors::router); each answers through its callback once
+    caf::reacts_to<bind_atom, std::string, route_callback>,  // key
+    caf::reacts_to<held_atom, std::string, route_callback, std::string, std::string, std::string>,  // key, cb, session, user, observed
+    caf::reacts_to<rebind_atom, std::string, route_callback>,                  // key
+    caf::reacts_to<clone_atom, std::string, backend_index, route_callback>,   // key, the original's backend
+    caf::reacts_to<op_atom, std::string, std::string>,       // key, op id
+    caf::reacts_to<op_done_atom, std::string, std::string>,  // key, op id
+    caf::reacts_to<release_atom, std::string>,               // key
+    caf::reacts_to<closing_atom>,
+    caf::reacts_to<drain_atom, std::string, bool>,  // backend name, on
+    caf::reacts_to<backend_atom, std::string>,      // backend name
+    // from the backend and load-poller actors
+    caf::replies_to<owner_atom, std::string>::with<bool>,  // replicated key ("h/NAME", "l/NAME")
+    caf::reacts_to<health_atom, std::string, bool>,        // backend name, healthy
+    caf::reacts_to<load_atom, std::string, double>,        // backend name, utilization
+    // from session actors
+    caf::reacts_to<ended_atom, std::string>,  // key
+    caf::reacts_to<idle_atom, std::string>,   // key
+    // from the cluster actor (the sender is it)
+    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>>,  // names, their routers
+    caf::reacts_to<forget_atom, std::string>,                                         // key
+    // self-addressed
+    caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1
+    caf::reacts_to<tick_atom>>;
 
-// router ← session actor
-using ended_atom = caf::atom_constant<caf::atom("ended")>;  // (key): binding forgotten
-using idle_atom = caf::atom_constant<caf::atom("idle")>;    // (key): no operations left, actor gone
+/// One session with live operations (spawned by the router).
+using session_actor = caf::typed_actor<caf::reacts_to<op_atom, std::string>,       // op id
+                                       caf::reacts_to<op_done_atom, std::string>,  // op id
+                                       caf::reacts_to<release_atom>, caf::reacts_to<expire_atom>>;
 
-// self-addressed timers
-using expire_atom = caf::atom_constant<caf::atom("expire")>;  // router → session: idle check
-using tick_atom = caf::atom_constant<caf::atom("tick")>;      // periodic work
-using probe_atom = caf::atom_constant<caf::atom("probe")>;    // (bool answered): probe result
+/// One backend's reachability watch (tick) and health probes.
+using backend_actor =
+    caf::typed_actor<caf::reacts_to<tick_atom>, caf::reacts_to<probe_atom>, caf::reacts_to<probed_atom, bool>>;
+
+/// One backend's Spark UI poller.
+using load_poller_actor = caf::typed_actor<caf::reacts_to<tick_atom>>;
+
+/// The router handle, for the files that only pass it on (router.hpp and
+/// cluster/cluster.hpp name it without including CAF).
+struct router_ref {
+  router_actor handle;
+};
+
+/// Asks `router` whether this replica owns replicated `key` and calls
+/// `then(mine)`; a router that does not answer within a second counts as
+/// yes (better a duplicate probe or poll than none).
+template <class Self, class F>
+void ask_owner(Self* self, const router_actor& router, std::string key, F then) {
+  self->request(router, std::chrono::seconds(1), owner_atom::value, std::move(key))
+      .then([=](bool mine) { then(mine); }, [=](const caf::error&) { then(true); });
+}
 
 /// Settings the router needs, taken from config once.
 struct router_settings {
@@ -74,8 +138,8 @@ struct router_settings {
 
 /// The session directory: places new sessions, spawns and tracks session
 /// actors, expires operations.
-caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
-                        std::shared_ptr<session_table> table, backend_list backends);
+router_actor spawn_router(caf::actor_system& sys, router_settings settings,
+                          std::shared_ptr<session_table> table, backend_list backends);
 
 /// One session with live operations: tracks them, expires after `ttl_ms`
 /// idle (checked when the router's sweep sends expire_atom). Forgets its
@@ -83,9 +147,8 @@ caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
 /// when its last operation ends it tells `router` (idle_atom) and quits, and
 /// the idle session lives on as its binding in `table` and the router's
 /// directory, with no actor (about 0.3 KiB instead of 1.8).
-caf::actor spawn_session(caf::local_actor* parent, std::string key,
-                         std::shared_ptr<session_table> table, std::int64_t ttl_ms,
-                         caf::actor router);
+session_actor spawn_session(caf::local_actor* parent, std::string key, std::shared_ptr<session_table> table,
+                            std::int64_t ttl_ms, router_actor router);
 
 /// One backend: watches its channel's connectivity (reachable) and, on the
 /// replica that owns the backend (asked of `router`), probes it with a cheap
@@ -93,14 +156,14 @@ caf::actor spawn_session(caf::local_actor* parent, std::string key,
 /// carries `token` (scg's backend token) as a bearer token.
 /// A backend that left the configured set and has no sessions on this
 /// replica (`table`, at `index`) rests: no connection attempts, no probes.
-caf::actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
-                         std::shared_ptr<session_table> table, const config::health& health, caf::actor router,
-                         std::string token);
+backend_actor spawn_backend(caf::actor_system& sys, std::shared_ptr<backend_state> backend, backend_index index,
+                            std::shared_ptr<session_table> table, const config::health& health, router_actor router,
+                            std::string token);
 
 /// Polls a backend's Spark UI every `interval` and keeps its utilization EWMA
 /// (smoothing `alpha`) in backend->utilization — on the one replica that owns
 /// the backend (asked of `router`), which shares the figure with the others.
-caf::actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend,
-                             double alpha, std::chrono::milliseconds interval, caf::actor router);
+load_poller_actor spawn_load_poller(caf::actor_system& sys, std::shared_ptr<backend_state> backend, double alpha,
+                                    std::chrono::milliseconds interval, router_actor router);
 
 }  // namespace scg::actors

@@ -14,11 +14,12 @@
 #include "config/config.hpp"
 
 namespace caf {
-class actor;
 class actor_system;
 }  // namespace caf
 
 namespace scg::actors {
+
+struct router_ref;  // the router actor's typed handle (actors/protocol.hpp)
 
 /// The answer to a routing question: a backend, or why there is none.
 struct route_result {
@@ -34,11 +35,12 @@ using route_callback = std::function<void(route_result)>;
 /// Front of the router actor (session directory and placement decisions).
 class router {
  public:
-  /// Spawns the router actor and one backend actor per backend.
+  /// Spawns the router actor and one backend actor per backend. Health
+  /// probes and holder searches present `backend_token` (may be empty).
   /// `on_members` hears the number of live replicas (self included) whenever
   /// it changes, from an actor thread.
   router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
-         backend_list backends, std::function<void(std::size_t)> on_members = {});
+         backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members = {});
   ~router();
 
   /// Binds a brand-new session (key from session_key::str()) to a backend
@@ -83,7 +85,7 @@ class router {
   void add_backend(backend_index index) const;
 
   /// The router actor (the cluster actor tells it the members).
-  const caf::actor& actor() const;
+  const router_ref& actor() const;
 
  private:
   struct impl;

@@ -8,7 +8,6 @@
 
 #include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
-#include "auth/auth_config.hpp"
 #include "core/rendezvous.hpp"
 #include "core/audit.hpp"
 #include "core/events.hpp"
@@ -25,10 +24,10 @@ struct router_state {
   bool accepting = true;
   /// This replica's sessions; the actor is null while a session is idle
   /// (no live operations): an idle session costs its key here and its binding.
-  std::unordered_map<std::string, caf::actor> sessions;
+  std::unordered_map<std::string, session_actor> sessions;
   // The cluster, when there is one: our cluster actor and the live peers'
   // routers (self excluded), as the cluster actor last told us.
-  caf::actor cluster;
+  replication_actor cluster;
   std::vector<std::string> member_names;
   std::vector<caf::actor> member_routers;
   /// Searches for the holder of a forgotten session under way: the calls waiting on each.
@@ -116,18 +115,22 @@ std::string no_backend_message(const router_state& st) {
   return out;
 }
 
+using self_ptr = router_actor::stateful_pointer<router_state>;
+
 /// Binds `key` to `backend`; its actor starts with its first operation.
-backend_index bind(caf::stateful_actor<router_state>* self, const std::string& key,
-                   backend_index backend) {
+backend_index bind(self_ptr self, const std::string& key, backend_index backend) {
   auto& st = self->state;
   auto bound = st.table->bind_session(key, backend, now_ms());
   st.sessions.try_emplace(key);
   return bound;
 }
 
-using self_ptr = caf::stateful_actor<router_state>*;
-
 constexpr auto ask_timeout = std::chrono::milliseconds(1000);
+
+/// The router of the member `it` points at (into member_names), typed.
+peer_router_actor peer_of(const router_state& st, std::vector<std::string>::const_iterator it) {
+  return caf::actor_cast<peer_router_actor>(st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())]);
+}
 
 /// Replicates a local write through the cluster actor, when there is one.
 template <class... Ts>
@@ -181,7 +184,7 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
   auto owner = core::owner_of(key, all);
   auto it = std::find(st.member_names.begin(), st.member_names.end(), owner);
   if (it == st.member_names.end()) return done(decide_here(self, key));
-  auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
+  auto owner_router = peer_of(st, it);
   self->request(owner_router, ask_timeout, decide_atom::value, key)
       .then(
           [=](const std::string& name) {
@@ -199,7 +202,7 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
 /// may hold it (bound elsewhere, or forgotten here when idle), else its
 /// owner decides.
 void resolve_in_cluster(self_ptr self, const std::string& key, route_callback done) {
-  self->request(self->state.cluster, ask_timeout, bind_atom::value, "s/" + key)
+  self->request(self->state.cluster, ask_timeout, lookup_atom::value, "s/" + key)
       .then(
           [=](const std::string& name) {
             if (!name.empty()) return done(adopt(self, key, name));
@@ -210,13 +213,13 @@ void resolve_in_cluster(self_ptr self, const std::string& key, route_callback do
 
 /// Sends `msg` on to the session actor of `key`, if it lives.
 template <class... Ts>
-void to_session(caf::stateful_actor<router_state>* self, const std::string& key, Ts&&... xs) {
+void to_session(self_ptr self, const std::string& key, Ts&&... xs) {
   auto it = self->state.sessions.find(key);
   if (it != self->state.sessions.end() && it->second) self->send(it->second, std::forward<Ts>(xs)...);
 }
 
 /// Forgets an idle session (no actor): its binding and its directory entry.
-void forget_idle(self_ptr self, std::unordered_map<std::string, caf::actor>::iterator it) {
+void forget_idle(self_ptr self, std::unordered_map<std::string, session_actor>::iterator it) {
   self->state.table->erase_session(it->first);
   self->state.sessions.erase(it);
 }
@@ -232,8 +235,8 @@ void resolve_new(self_ptr self, const std::string& key, const route_callback& do
   done(decide_here(self, key));
 }
 
-caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_settings settings,
-                           std::shared_ptr<session_table> table, backend_list backends) {
+router_actor::behavior_type router_behavior(self_ptr self, router_settings settings,
+                                            std::shared_ptr<session_table> table, backend_list backends) {
   auto& st = self->state;
   st.settings = settings;
   st.table = std::move(table);
@@ -246,7 +249,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
   self->delayed_send(self, op_sweep_interval, tick_atom::value);
   return {
       [=](bind_atom, const std::string& key, const route_callback& done) { resolve_new(self, key, done); },
-      [=](bind_atom, const std::string& key, const route_callback& done, const std::string& session,
+      [=](held_atom, const std::string& key, const route_callback& done, const std::string& session,
           const std::string& user, const std::string& observed) {
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
@@ -266,14 +269,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           for (std::size_t i = 0; i < st.backends.size(); ++i)
             if (st.backends[i]->reachable.load() && st.backends[i]->healthy.load() && !st.backends[i]->removed.load())
               candidates.push_back(static_cast<backend_index>(i));
-          auto me = caf::actor_cast<caf::actor>(self);
+          router_actor me = self;
           find_holder(st.backends, candidates, {session, user, observed}, st.settings.backend_token,
                       st.settings.search_timeout_ms, [me, key](std::optional<backend_index> b) {
                         caf::anon_send(me, holder_atom::value, key, b ? std::int64_t{*b} : std::int64_t{-1});
                       });
         };
         if (!st.cluster || st.member_names.empty()) return search({});
-        self->request(st.cluster, ask_timeout, bind_atom::value, "s/" + key)
+        self->request(st.cluster, ask_timeout, lookup_atom::value, "s/" + key)
             .then([=](const std::string& name) { search(name); }, [=](const caf::error&) { search({}); });
       },
       [=](holder_atom, const std::string& key, std::int64_t found) {
@@ -300,7 +303,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         all.push_back(st.settings.node_name);
         auto owner = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || owner == st.member_names.end()) return bind_found(st.backends[b]->name);
-        auto owner_router = st.member_routers[static_cast<std::size_t>(owner - st.member_names.begin())];
+        auto owner_router = peer_of(st, owner);
         const auto name = st.backends[b]->name;
         self->request(owner_router, ask_timeout, decide_atom::value, key, name)
             .then([=](const std::string& in_force) { bind_found(in_force.empty() ? name : in_force); },
@@ -318,7 +321,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
           answer(decide_here(self, key));
           return rp;
         }
-        self->request(st.cluster, ask_timeout, bind_atom::value, "s/" + key)
+        self->request(st.cluster, ask_timeout, lookup_atom::value, "s/" + key)
             .then(
                 [=](const std::string& name) mutable {
                   answer(name.empty() ? decide_here(self, key) : adopt(self, key, name));
@@ -328,7 +331,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
       },
       [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {
         auto& st = self->state;
-        st.cluster = caf::actor_cast<caf::actor>(self->current_sender());
+        st.cluster = caf::actor_cast<replication_actor>(self->current_sender());
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
         if (st.settings.on_members) st.settings.on_members(st.member_names.size() + 1);
@@ -381,7 +384,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         all.push_back(st.settings.node_name);
         auto it = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || it == st.member_names.end()) return done({backend, {}});
-        auto owner_router = st.member_routers[static_cast<std::size_t>(it - st.member_names.begin())];
+        auto owner_router = peer_of(st, it);
         self->request(owner_router, ask_timeout, decide_atom::value, key, name)
             .then([=](const std::string&) { done({backend, {}}); },
                   [=](const caf::error&) {
@@ -404,8 +407,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // A session of this replica gets its actor with its first live operation.
         auto it = st.sessions.find(key);
         if (it != st.sessions.end() && !it->second)
-          it->second = spawn_session(self, key, st.table, st.settings.session_ttl_ms,
-                                     caf::actor_cast<caf::actor>(self));
+          it->second = spawn_session(self, key, st.table, st.settings.session_ttl_ms, self);
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
@@ -443,9 +445,9 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
         // The session's last operation ended: it stays, without an actor.
         auto it = self->state.sessions.find(key);
         if (it != self->state.sessions.end() && it->second && it->second.address() == self->current_sender())
-          it->second = caf::actor();
+          it->second = nullptr;
       },
-      [=](drain_atom) { self->state.accepting = false; },
+      [=](closing_atom) { self->state.accepting = false; },
       [=](backend_atom, const std::string& name) {
         // A backend joined the running set: the cluster re-applies its entries.
         if (self->state.cluster) self->send(self->state.cluster, backend_atom::value, name);
@@ -489,9 +491,9 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, router_setti
 
 }  // namespace
 
-caf::actor spawn_router(caf::actor_system& sys, router_settings settings,
-                        std::shared_ptr<session_table> table, backend_list backends) {
-  return sys.spawn(router_actor, settings, std::move(table), std::move(backends));
+router_actor spawn_router(caf::actor_system& sys, router_settings settings,
+                          std::shared_ptr<session_table> table, backend_list backends) {
+  return sys.spawn(router_behavior, settings, std::move(table), std::move(backends));
 }
 
 // --- router: the data path's door -------------------------------------------
@@ -502,28 +504,24 @@ struct router::impl {
   config::placement placement;
   std::shared_ptr<session_table> table;
   backend_list backends;
-  caf::actor actor;
+  router_ref actor;
   std::vector<caf::actor> backend_actors;  // grows with reloads; the entries stay (see backend_list)
   std::string probe_token;                 // what health probes present to backends
 
   void start_backend(backend_index i) {
     const auto& b = backends[i];
-    backend_actors.push_back(spawn_backend(sys, b, i, table, health, actor, probe_token));
+    backend_actors.push_back(caf::actor_cast<caf::actor>(spawn_backend(sys, b, i, table, health, actor.handle,
+                                                                       probe_token)));
     if (!b->ui_url.empty())
-      backend_actors.push_back(spawn_load_poller(sys, b, placement.ewma_alpha,
-                                                 std::chrono::milliseconds(placement.poll_interval_ms), actor));
+      backend_actors.push_back(caf::actor_cast<caf::actor>(spawn_load_poller(
+          sys, b, placement.ewma_alpha, std::chrono::milliseconds(placement.poll_interval_ms), actor.handle)));
   }
 };
 
 router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
-               backend_list backends, std::function<void(std::size_t)> on_members)
-    : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {}, {}})) {
-  // Probes authenticate as the gateway does: the default backend token, else a tenant's.
-  if (auto tokens = auth::resolve_backend_tokens(cfg.security);
-      auto* creds = std::get_if<auth::backend_credentials>(&tokens)) {
-    impl_->probe_token = creds->default_token;
-    if (impl_->probe_token.empty() && !creds->per_tenant.empty()) impl_->probe_token = creds->per_tenant.begin()->second;
-  }
+               backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members)
+    : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {},
+                                        std::move(backend_token)})) {
   router_settings s{};
   s.session_ttl_ms = std::int64_t{cfg.affinity.session_ttl_secs} * 1000;
   s.op_ttl_ms = std::int64_t{cfg.affinity.op_ttl_secs} * 1000;
@@ -535,56 +533,56 @@ router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_p
   for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
   s.backend_token = impl_->probe_token;
   s.search_timeout_ms = cfg.health.timeout_ms;
-  impl_->actor = spawn_router(sys, s, table, backends);
+  impl_->actor.handle = spawn_router(sys, s, table, backends);
   for (std::size_t i = 0; i < backends.size(); ++i) impl_->start_backend(static_cast<backend_index>(i));
 }
 
 void router::add_backend(backend_index index) const {
   impl_->start_backend(index);
-  caf::anon_send(impl_->actor, backend_atom::value, impl_->backends[index]->name);
+  caf::anon_send(impl_->actor.handle, backend_atom::value, impl_->backends[index]->name);
 }
 
 router::~router() {
-  caf::anon_send_exit(impl_->actor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(impl_->actor.handle, caf::exit_reason::user_shutdown);
   for (auto& a : impl_->backend_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 void router::resolve(std::string key, route_callback done) const {
-  caf::anon_send(impl_->actor, bind_atom::value, std::move(key), std::move(done));
+  caf::anon_send(impl_->actor.handle, bind_atom::value, std::move(key), std::move(done));
 }
 
 void router::resolve_held(std::string key, std::string session_id, std::string spark_user, std::string observed,
                           route_callback done) const {
-  caf::anon_send(impl_->actor, bind_atom::value, std::move(key), std::move(done), std::move(session_id),
+  caf::anon_send(impl_->actor.handle, held_atom::value, std::move(key), std::move(done), std::move(session_id),
                  std::move(spark_user), std::move(observed));
 }
 
 void router::rebind(std::string key, route_callback done) const {
-  caf::anon_send(impl_->actor, rebind_atom::value, std::move(key), std::move(done));
+  caf::anon_send(impl_->actor.handle, rebind_atom::value, std::move(key), std::move(done));
 }
 
 void router::bind_clone(std::string key, backend_index backend, route_callback done) const {
-  caf::anon_send(impl_->actor, clone_atom::value, std::move(key), backend, std::move(done));
+  caf::anon_send(impl_->actor.handle, clone_atom::value, std::move(key), backend, std::move(done));
 }
 
 void router::operation_started(std::string key, std::string op_id) const {
-  caf::anon_send(impl_->actor, op_atom::value, std::move(key), std::move(op_id));
+  caf::anon_send(impl_->actor.handle, op_atom::value, std::move(key), std::move(op_id));
 }
 
 void router::operation_released(std::string key, std::string op_id) const {
-  caf::anon_send(impl_->actor, op_done_atom::value, std::move(key), std::move(op_id));
+  caf::anon_send(impl_->actor.handle, op_done_atom::value, std::move(key), std::move(op_id));
 }
 
 void router::session_released(std::string key) const {
-  caf::anon_send(impl_->actor, release_atom::value, std::move(key));
+  caf::anon_send(impl_->actor.handle, release_atom::value, std::move(key));
 }
 
-const caf::actor& router::actor() const { return impl_->actor; }
+const router_ref& router::actor() const { return impl_->actor; }
 
-void router::stop_new_sessions() const { caf::anon_send(impl_->actor, drain_atom::value); }
+void router::stop_new_sessions() const { caf::anon_send(impl_->actor.handle, closing_atom::value); }
 
 void router::set_draining(std::string name, bool on) const {
-  caf::anon_send(impl_->actor, drain_atom::value, std::move(name), on);
+  caf::anon_send(impl_->actor.handle, drain_atom::value, std::move(name), on);
 }
 
 }  // namespace scg::actors

@@ -11,17 +11,19 @@ namespace scg::actors {
 struct session_state {
   std::string key;
   std::shared_ptr<session_table> table;
-  caf::actor router;
+  router_actor router;
   std::unordered_set<std::string> ops;  ///< operations this session started
   static inline const char* name = "session";
 };
 
 namespace {
 
+using self_ptr = session_actor::stateful_pointer<session_state>;
+
 constexpr std::size_t ops_prune_threshold = 256;
 
 /// Removes the session's entries from the table and ends the actor.
-void forget(caf::stateful_actor<session_state>* self) {
+void forget(self_ptr self) {
   auto& st = self->state;
   st.table->erase_session(st.key);
   for (const auto& op : st.ops) st.table->erase_op(op);
@@ -36,13 +38,8 @@ void prune_ops(session_state& st) {
     it = st.table->has_op(*it) ? std::next(it) : st.ops.erase(it);
 }
 
-}  // namespace
-
-namespace {
-
-caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::string key,
-                            std::shared_ptr<session_table> table, std::int64_t ttl_ms,
-                            caf::actor router) {
+session_actor::behavior_type session_behavior(self_ptr self, std::string key, std::shared_ptr<session_table> table,
+                                              std::int64_t ttl_ms, router_actor router) {
   core::global_metrics().session_actors.fetch_add(1, std::memory_order_relaxed);
   self->attach_functor([] { core::global_metrics().session_actors.fetch_sub(1, std::memory_order_relaxed); });
   self->state.key = std::move(key);
@@ -79,10 +76,9 @@ caf::behavior session_actor(caf::stateful_actor<session_state>* self, std::strin
 
 }  // namespace
 
-caf::actor spawn_session(caf::local_actor* parent, std::string key,
-                         std::shared_ptr<session_table> table, std::int64_t ttl_ms,
-                         caf::actor router) {
-  return parent->spawn(session_actor, std::move(key), std::move(table), ttl_ms, std::move(router));
+session_actor spawn_session(caf::local_actor* parent, std::string key, std::shared_ptr<session_table> table,
+                            std::int64_t ttl_ms, router_actor router) {
+  return parent->spawn(session_behavior, std::move(key), std::move(table), ttl_ms, std::move(router));
 }
 
 }  // namespace scg::actors

@@ -17,21 +17,11 @@
 #include <vector>
 
 #include "core/packed_map.hpp"
+#include "core/session_key.hpp"
 
 namespace scg::actors {
 
-/// Identity of a Spark session as the gateway keys it.
-struct session_key {
-  std::string tenant;
-  std::string user_id;
-  std::string session_id;
-  /// One string for maps and messages. Each part is length-prefixed, so no
-  /// choice of ids can make two different keys collide.
-  std::string str() const;
-  /// The parts of a str() result; nullopt when `s` is not one. The one place
-  /// that reads a key back, for the admin API's listings and filters.
-  static std::optional<session_key> parse(std::string_view s);
-};
+using core::session_key;  // core/session_key.hpp
 
 using backend_index = std::uint32_t;
 using clock_ms = std::int64_t;  ///< milliseconds of a monotonic clock

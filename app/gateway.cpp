@@ -23,7 +23,7 @@
 #include "discovery/k8s_discovery.hpp"
 #include "core/log_format.hpp"
 #include "core/metrics.hpp"
-#include "core/tracing.hpp"
+#include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
 #include "net/front_door.hpp"
@@ -227,8 +227,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   if (cfg.cluster) cluster::configure(caf_cfg, *cfg.cluster);
   caf::actor_system sys{caf_cfg};
   sys.await_actors_before_shutdown(false);
-  // The cluster actor runs on a thread of its own, which would keep the
-  // process alive: stopped on every way out of here.
+  // The cluster actor stays published on the middleman, which would keep
+  // the actor system alive: stopped on every way out of here.
   struct cluster_stopper {
     caf::actor_system& sys;
     ~cluster_stopper() { cluster::stop(sys); }
@@ -249,9 +249,9 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   auth::rate_limiter limiter{cfg.security.rate_limits};
 
   // Declared before the forward context: spans are submitted until the last call ends.
-  std::unique_ptr<core::span_exporter> tracer;
+  std::unique_ptr<net::span_exporter> tracer;
   if (cfg.tracing) {
-    tracer = std::make_unique<core::span_exporter>(*cfg.tracing);
+    tracer = std::make_unique<net::span_exporter>(*cfg.tracing);
     log->info("tracing_on endpoint={} service_name={}", cfg.tracing->otlp_endpoint, cfg.tracing->service_name);
   }
 
@@ -264,7 +264,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.qualify_users = cfg.security.tenants.qualify_users;
   fx.default_tenant = cfg.security.tenants.default_tenant;
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
-  actors::router router{sys, cfg, table, backends, [&fx, &limiter](std::size_t live) {
+  actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), [&fx, &limiter](std::size_t live) {
                           const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));
                           fx.share = share;
                           limiter.set_share(share);

@@ -9,7 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include "actors/session_table.hpp"
+#include "core/session_key.hpp"
 #include "config/config.hpp"
 
 namespace scg::auth {
@@ -233,7 +233,7 @@ void authenticator::tick() {
 
 std::string session_key(std::string_view tenant, std::string_view user_id,
                         std::string_view session_id) {
-  return actors::session_key{std::string(tenant), std::string(user_id), std::string(session_id)}
+  return core::session_key{std::string(tenant), std::string(user_id), std::string(session_id)}
       .str();
 }
 

@@ -13,11 +13,22 @@
 #include <variant>
 #include <vector>
 
-#include "auth/auth_config.hpp"
+#include "auth/credentials.hpp"
+#include "config/security.hpp"
 #include "auth/jwks.hpp"
 #include "auth/jwt.hpp"
 
 namespace scg::auth {
+
+// The configuration it reads (config/security.hpp).
+using config::auth_config;
+using config::auth_type;
+using config::jwt_config;
+using config::oidc_config;
+using config::static_token;
+using config::tenant_source;
+using config::tenants_config;
+using config::valid_tenant_name;
 
 /// The caller as scg established it.
 struct identity {
@@ -79,7 +90,7 @@ class authenticator {
 };
 
 /// The session key of the routing table, from the verified identity (or, with
-/// anonymous auth, the request's user_id). Same format as actors::session_key.
+/// anonymous auth, the request's user_id). Same format as core::session_key.
 std::string session_key(std::string_view tenant, std::string_view user_id,
                         std::string_view session_id);
 

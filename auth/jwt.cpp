@@ -132,25 +132,6 @@ bool audience_matches(const nlohmann::json& claims, const std::string& want) {
 
 }  // namespace
 
-std::optional<algorithm> algorithm_from_name(std::string_view name) {
-  if (name == "RS256") return algorithm::rs256;
-  if (name == "ES256") return algorithm::es256;
-  if (name == "HS256") return algorithm::hs256;
-  return std::nullopt;
-}
-
-std::string_view algorithm_name(algorithm a) {
-  switch (a) {
-    case algorithm::rs256:
-      return "RS256";
-    case algorithm::es256:
-      return "ES256";
-    case algorithm::hs256:
-      return "HS256";
-  }
-  return "?";
-}
-
 std::string base64url_encode(std::string_view bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
   int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),

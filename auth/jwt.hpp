@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <openssl/types.h>
 
+#include "config/security.hpp"
+
 namespace scg::auth {
 
 /// Why a token (or a key, or a document) was refused; safe to show a client.
@@ -25,14 +27,12 @@ struct failure {
 template <class T>
 using result = std::variant<T, failure>;
 
-/// The signature algorithms scg accepts. `none` is not one of them, ever.
-enum class algorithm { rs256, es256, hs256 };
-
-/// "RS256" → rs256; nullopt for anything else (including "none").
-std::optional<algorithm> algorithm_from_name(std::string_view name);
-
-/// The JOSE name ("RS256").
-std::string_view algorithm_name(algorithm a);
+/// The signature algorithms scg accepts (config/security.hpp).
+using algorithm = config::jwt_algorithm;
+inline std::optional<algorithm> algorithm_from_name(std::string_view name) {
+  return config::jwt_algorithm_from_name(name);
+}
+inline std::string_view algorithm_name(algorithm a) { return config::jwt_algorithm_name(a); }
 
 /// Base64url without padding, as JWS uses it.
 std::string base64url_encode(std::string_view bytes);

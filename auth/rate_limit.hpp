@@ -14,9 +14,12 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "auth/auth_config.hpp"
+#include "config/security.hpp"
 
 namespace scg::auth {
+
+using config::rate;
+using config::rate_limits_config;
 
 using limit_clock = std::chrono::steady_clock;
 

@@ -12,10 +12,13 @@
 #include "config/config.hpp"
 
 namespace caf {
-class actor;
 class actor_system;
 class actor_system_config;
 }  // namespace caf
+
+namespace scg::actors {
+struct router_ref;  // actors/protocol.hpp
+}  // namespace scg::actors
 
 namespace scg::cluster {
 
@@ -33,11 +36,11 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c);
 /// Returns the port bound (0 on failure, with the reason logged).
 std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
                     std::shared_ptr<actors::session_table> table, actors::backend_list backends,
-                    const caf::actor& router, std::shared_ptr<cluster_view> view,
+                    const actors::router_ref& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready);
 
 /// Stops the cluster actor start() spawned, if any: call before the actor
-/// system goes away (its thread would otherwise keep the process alive).
+/// system goes away (published on the middleman, it would keep it alive).
 void stop(caf::actor_system& sys);
 
 }  // namespace scg::cluster

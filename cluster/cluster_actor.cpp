@@ -48,8 +48,8 @@ constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any p
 
 struct member {
   std::string address;
-  caf::actor cluster;
-  caf::actor router;
+  cluster_actor cluster;
+  caf::actor router;  // as the peer sent it; the router casts it (actors::peer_router_actor)
   bool up = false;
   std::int64_t last_seen_ms = 0;
   std::int64_t lag_ms = 0;
@@ -73,7 +73,7 @@ struct cluster_state {
   replicated_table table;
   std::shared_ptr<actors::session_table> sessions;
   actors::backend_list backends;
-  caf::actor router;
+  actors::router_actor router;
   std::shared_ptr<cluster_view> view;
   std::function<void()> on_ready;
   bool synced = false;
@@ -94,7 +94,7 @@ struct cluster_state {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<cluster_state>*;
+using self_ptr = cluster_actor::stateful_pointer<cluster_state>;
 
 spdlog::logger& log() {
   static const auto l = spdlog::get("cluster");
@@ -191,7 +191,7 @@ bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
 /// message's worth of buffer on either side (CAF keeps a connection's buffer
 /// at the largest size it ever had), and deltas do not queue behind megabytes
 /// of repair. `sync_reply` (the peer may report ready) rides on the last one.
-void send_repair(self_ptr self, const caf::actor& peer, std::vector<std::size_t> buckets, std::size_t next,
+void send_repair(self_ptr self, const cluster_actor& peer, std::vector<std::size_t> buckets, std::size_t next,
                  bool sync_reply) {
   std::vector<entry> part;
   while (next < buckets.size() && part.size() < sync_chunk) {
@@ -318,12 +318,20 @@ void forget_departed(self_ptr self) {
   if (changed) publish_members(self);
 }
 
-void greet(self_ptr self, const caf::actor& peer) {
+/// Introduces this replica to `peer`. The router goes as a caf::actor, the
+/// type older replicas expect.
+void greet(self_ptr self, const cluster_actor& peer) {
   auto& st = self->state;
   std::vector<std::string> known;
   for (const auto& [name, m] : st.members) known.push_back(m.address);
-  self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, st.router, std::move(known));
+  self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, caf::actor_cast<caf::actor>(st.router),
+             std::move(known));
 }
+
+/// Peers are heard only once the address they would be greeted back with is
+/// known (start() sends it right after publishing): until then their
+/// messages wait in the mailbox.
+bool listening(self_ptr self) { return !self->state.self_address.empty(); }
 
 void dial(self_ptr self, const std::string& address) {
   auto& t = self->state.targets[address];
@@ -341,7 +349,7 @@ void dial(self_ptr self, const std::string& address) {
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& t = self->state.targets[address];
             t.in_flight = false;
-            auto peer = caf::actor_cast<caf::actor>(ptr);
+            auto peer = caf::actor_cast<cluster_actor>(ptr);
             if (!peer) return;
             t.backoff_ms = 250;
             greet(self, peer);
@@ -357,10 +365,10 @@ void dial(self_ptr self, const std::string& address) {
 
 }  // namespace
 
-caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity ttl,
-                            std::shared_ptr<actors::session_table> sessions,
-                            actors::backend_list backends, caf::actor router,
-                            std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
+cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg, config::affinity ttl,
+                                              std::shared_ptr<actors::session_table> sessions,
+                                              actors::backend_list backends, actors::router_actor router,
+                                              std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
@@ -388,8 +396,13 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
     publish_members(self);
   });
 
+  self->set_default_handler([](caf::scheduled_actor* me, caf::message_view& x) {
+    log().warn("unexpected_message content=\"{}\" reason=\"a peer of another scg version?\"",
+               caf::to_string(x.content()));
+    return caf::drop(me, x);
+  });
   publish_members(self);
-  caf::behavior running{
+  return {
       // --- a backend joined the running set: apply what peers said of it -----
       [=](actors::backend_atom, const std::string& name) {
         auto& st = self->state;
@@ -401,9 +414,10 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
 
       // --- from peers -------------------------------------------------------
       [=](hello_atom, const std::string& name, const std::string& address, const caf::actor& router,
-          const std::vector<std::string>& known) {
+          const std::vector<std::string>& known) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
         auto& st = self->state;
-        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
         if (name == st.cfg.node_name) {
           if (sender.node() == self->node()) {  // we dialed ourselves
             st.self_addresses.insert(address);
@@ -413,11 +427,11 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
             log().error("duplicate_node_name node={} address={} reason=\"another replica uses this node_name; "
                         "they cannot both be members\"", name, address);
           }
-          return;
+          return {};
         }
         if (!core::parse_host_port(address)) {
           log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
-          return;
+          return {};
         }
         auto& m = st.members[name];
         if (m.up && m.cluster && m.cluster != sender && m.cluster.node() != sender.node()) {
@@ -427,11 +441,11 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
             log().error("duplicate_node_name node={} address={} member_address={} reason=\"two replicas use this "
                         "node_name; the one seen first stays the member\"", name, address, m.address);
           }
-          return;
+          return {};
         }
         const bool was_up = m.up && m.cluster == sender;
         if (!was_up) {
-          if (m.cluster && m.cluster != sender) self->demonitor(m.cluster);
+          if (m.cluster && m.cluster != sender) self->demonitor(m.cluster.address());
           m.cluster = sender;
           m.router = router;
           m.address = address;
@@ -446,21 +460,29 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         for (const auto& a : known)
           if (core::parse_host_port(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
         if (!was_up) publish_members(self);
+        return {};
       },
-      [=](digest_atom, const std::vector<std::uint64_t>& theirs) {
+      [=](digest_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
         auto& st = self->state;
         // Replicas send each other their digests (on connecting and every
         // round), so each pushes what differs and each side is repaired.
-        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!st.repairing.insert(sender.address()).second) return;  // one repair per peer at a time
+        auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
+        if (!st.repairing.insert(sender.address()).second) return {};  // one repair per peer at a time
         send_repair(self, sender, differing_buckets(st.table.digest(), to_digest(theirs)), 0, true);
+        return {};
       },
-      [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) {
+      [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) -> caf::result<ack_atom> {
+        if (!listening(self)) return caf::skip;
         merge_batch(self, batch, false);
         if (sync_reply) mark_ready(self, "synced with a peer");
         return ack_atom::value;
       },
-      [=](delta_atom, const std::vector<entry>& batch) { merge_batch(self, batch, true); },
+      [=](delta_atom, const std::vector<entry>& batch) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
+        merge_batch(self, batch, true);
+        return {};
+      },
 
       // --- from the router ------------------------------------------------------
       [=](actors::put_atom, std::string& key, std::string& backend, std::string& session, std::uint64_t started_ms) {
@@ -469,7 +491,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
       [=](actors::erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
       },
-      [=](actors::bind_atom, const std::string& key) -> std::string {
+      [=](actors::lookup_atom, const std::string& key) -> std::string {
         // The router's miss path: a binding this replica holds but forgot locally.
         const auto e = self->state.table.find(key);
         return e && !e->deleted ? e->backend : std::string();
@@ -494,7 +516,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           // on one of the scheduler's two.
           st.resolving = true;
           self->spawn<caf::detached>(
-              [seeds = st.cfg.seeds](caf::blocking_actor* resolver, const caf::actor& cluster) {
+              [seeds = st.cfg.seeds](caf::blocking_actor* resolver, const cluster_actor& cluster) {
                 std::vector<std::string> addrs;
                 for (const auto& seed : seeds) {
                   const auto hp = core::parse_host_port(seed);  // the config validated it
@@ -504,7 +526,7 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
                 }
                 resolver->send(cluster, resolved_atom::value, std::move(addrs));
               },
-              caf::actor{self});
+              cluster_actor{self});
         }
         std::vector<std::string> addrs;
         for (const auto& [addr, t] : st.targets) addrs.push_back(addr);
@@ -527,12 +549,6 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
       [=](ready_atom) { mark_ready(self, "sync wait over: no peer answered"); },
-  };
-  // Until the address peers reach us at is known (right after publishing),
-  // every other message waits in the mailbox: a greeting sent before it would
-  // announce no address.
-  self->set_default_handler(caf::skip);
-  return {
       [=](address_atom, const std::string& address) {
         auto& st = self->state;
         st.self_address = address;
@@ -545,12 +561,6 @@ caf::behavior cluster_actor(self_ptr self, config::cluster cfg, config::affinity
           mark_ready(self, "no seeds: first replica");
         else
           self->delayed_send(self, std::chrono::seconds(st.cfg.sync_wait_secs), ready_atom::value);
-        self->set_default_handler([](caf::scheduled_actor* me, caf::message_view& x) {
-          log().warn("unexpected_message content=\"{}\" reason=\"a peer of another scg version?\"",
-                     caf::to_string(x.content()));
-          return caf::drop(me, x);
-        });
-        self->become(running);
       },
   };
 }
@@ -571,7 +581,7 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c) {
 
 std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
                     std::shared_ptr<actors::session_table> table, actors::backend_list backends,
-                    const caf::actor& router, std::shared_ptr<cluster_view> view,
+                    const actors::router_ref& router, std::shared_ptr<cluster_view> view,
                     std::function<void()> on_ready) {
   const auto bind = core::parse_host_port(c.bind_addr, true);  // the config validated it
   if (!bind) {
@@ -589,8 +599,10 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
   }
   // On the scheduler (seed names are resolved on a thread of their own): a
   // detached actor's thread would wait at exit for every reference to it.
-  auto actor = sys.spawn(cluster_actor, c, ttl, table, backends, router, view,
-                                        std::move(on_ready));
+  // Published untyped, as before the typed interfaces: the handshake peers
+  // of older versions see is unchanged.
+  auto actor = caf::actor_cast<caf::actor>(
+      sys.spawn(cluster_behavior, c, ttl, table, backends, router.handle, view, std::move(on_ready)));
   const char* in = wildcard ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
                      : sys.middleman().publish(actor, port, in, true);

@@ -7,27 +7,38 @@
 #include <string>
 #include <vector>
 
+#include "actors/protocol.hpp"
 #include "cluster/replicated_table.hpp"
 
 namespace scg::cluster {
 
-// cluster actor ↔ cluster actor (remote)
-using hello_atom = caf::atom_constant<caf::atom("hello")>;      // (name, address, router, peers)
-using digest_atom = caf::atom_constant<caf::atom("digest")>;    // (vector<uint64>): my digest
-using entries_atom = caf::atom_constant<caf::atom("entries")>;  // (vector<entry>, bool sync_reply) -> ack: repairs
-using ack_atom = caf::atom_constant<caf::atom("ack")>;
-using delta_atom = caf::atom_constant<caf::atom("delta")>;      // (vector<entry>): local writes, pushed at once
+using hello_atom = caf::atom_constant<caf::atom("hello")>;        // a peer introduces itself
+using digest_atom = caf::atom_constant<caf::atom("digest")>;      // a peer's table digest
+using entries_atom = caf::atom_constant<caf::atom("entries")>;    // a repair: entries that differ
+using ack_atom = caf::atom_constant<caf::atom("ack")>;            // a repair taken
+using delta_atom = caf::atom_constant<caf::atom("delta")>;        // a peer's local writes, pushed at once
+using flush_atom = caf::atom_constant<caf::atom("flush")>;        // push the outbox
+using dial_atom = caf::atom_constant<caf::atom("dial")>;          // dial the targets not connected
+using ae_atom = caf::atom_constant<caf::atom("ae")>;              // periodic anti-entropy
+using ready_atom = caf::atom_constant<caf::atom("ready")>;        // the sync wait is over
+using address_atom = caf::atom_constant<caf::atom("address")>;    // where peers reach us, once bound
+using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // seed addresses found
 
-// The router's messages to and from the cluster actor (put, erase, members)
-// and to other replicas' routers (decide) are in actors/protocol.hpp.
-
-// self-addressed
-using flush_atom = caf::atom_constant<caf::atom("flush")>;
-using dial_atom = caf::atom_constant<caf::atom("dial")>;
-using ae_atom = caf::atom_constant<caf::atom("ae")>;  // periodic anti-entropy
-using ready_atom = caf::atom_constant<caf::atom("ready")>;
-using address_atom = caf::atom_constant<caf::atom("address")>;  // (string): where peers reach us
-using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // (vector<string>): seed addresses found
+/// The cluster actor: what its router sends it (actors/protocol.hpp), what
+/// peers send (remote: they hold it as caf::actor, so a peer of another
+/// version may send what it does not take; its default handler logs that),
+/// and its own timers. The wire shapes predate the typed interface.
+using cluster_actor = actors::replication_actor::extend<
+    // from peers
+    caf::reacts_to<hello_atom, std::string, std::string, caf::actor, std::vector<std::string>>,  // name, address, router, known addresses
+    caf::reacts_to<digest_atom, std::vector<std::uint64_t>>,
+    caf::replies_to<entries_atom, std::vector<entry>, bool>::with<ack_atom>,  // entries, sync_reply (the last of a sync)
+    caf::reacts_to<delta_atom, std::vector<entry>>,
+    // from start() and the seed resolver
+    caf::reacts_to<address_atom, std::string>,
+    caf::reacts_to<resolved_atom, std::vector<std::string>>,
+    // self-addressed
+    caf::reacts_to<flush_atom>, caf::reacts_to<dial_atom>, caf::reacts_to<ae_atom>, caf::reacts_to<ready_atom>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {

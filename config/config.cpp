@@ -234,9 +234,9 @@ gateway parse_gateway(const YAML::Node& root) {
   {
     std::vector<std::string> names;
     for (const auto& b : g.backends) names.push_back(b.name);
-    auto security = auth::parse_security(root, names);
+    auto security = parse_security(root, names);
     if (auto* err = std::get_if<error>(&security)) throw bad_field{*err};
-    g.security = std::move(std::get<auth::security_config>(security));
+    g.security = std::move(std::get<security_config>(security));
   }
   if (const YAML::Node n = root["placement"]; present(n)) parse_placement(n, g.placement);
   if (const YAML::Node n = root["affinity"]; present(n)) {
@@ -268,7 +268,7 @@ gateway parse_gateway(const YAML::Node& root) {
       if (!t.IsMap()) reject("limits.tenants", "expected a map, got " + describe(t));
       for (const auto& kv : t) {
         const auto name = as_string(kv.first, "limits.tenants");
-        if (!auth::valid_tenant_name(name)) reject(child("limits.tenants", name), "not a valid tenant name");
+        if (!valid_tenant_name(name)) reject(child("limits.tenants", name), "not a valid tenant name");
         g.limits.tenants[name] = parse_bulkhead(kv.second, child("limits.tenants", name));
       }
     }

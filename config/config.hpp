@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "auth/auth_config.hpp"
+#include "config/security.hpp"
 
 namespace scg::config {
 
@@ -188,7 +188,7 @@ struct gateway {
   std::optional<front_tls> tls;
   std::optional<config::tracing> tracing;  ///< absent: tracing off
   std::optional<k8s_discovery> backend_discovery;  ///< absent: backends come from `backends` only
-  auth::security_config security;  ///< auth, tenants, backend_token, rate_limits
+  security_config security;  ///< auth, tenants, backend_token, rate_limits
 };
 
 /// A configuration error; `field` is the dotted path of the offending key

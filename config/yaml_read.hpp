@@ -1,6 +1,6 @@
 #pragma once
 // Reading YAML with errors that name the field: the helpers config/config.cpp
-// and auth/auth_config.cpp share. The first bad field throws bad_field, which
+// and config/security.cpp share. The first bad field throws bad_field, which
 // unwinds to the one public parse function that catches it and returns the
 // error; the exception never leaves those files.
 

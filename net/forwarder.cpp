@@ -51,7 +51,7 @@
 #include "core/local_reply.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
-#include "core/tracing.hpp"
+#include "net/span_exporter.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
 #include "net/h2/worker.hpp"

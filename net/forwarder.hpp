@@ -13,13 +13,9 @@
 #include "actors/backend.hpp"
 #include "actors/router.hpp"
 #include "actors/session_table.hpp"
-#include "auth/auth_config.hpp"
+#include "auth/credentials.hpp"
 #include "config/config.hpp"
 #include "net/executions.hpp"
-
-namespace scg::core {
-class span_exporter;
-}  // namespace scg::core
 
 namespace scg::auth {
 class authenticator;
@@ -32,6 +28,8 @@ class server_stream;
 }  // namespace scg::net::h2
 
 namespace scg::net {
+
+class span_exporter;  // net/span_exporter.hpp
 
 /// What every forwarded call shares; outlives all calls.
 struct forward_context {
@@ -56,7 +54,7 @@ struct forward_context {
   std::atomic<std::int64_t> executions_swept_ms{0};
   /// This replica's share of cluster-wide limits: 1 / live members.
   std::atomic<double> share{1.0};
-  core::span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched
+  span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched
 };
 
 /// The call for a new request stream of `down`; it lives until both its

@@ -14,6 +14,7 @@
 #include "tests/jwt_keys.hpp"
 
 using namespace scg::auth;
+using namespace scg::config;
 using nlohmann::json;
 
 using namespace scg_auth_test;
@@ -148,6 +149,14 @@ auth: { type: jwt, jwt: { algorithms: [ES256], key_file: /nonexistent/scg-key.pe
 )"));
   REQUIRE(std::holds_alternative<scg::config::error>(r));
   CHECK(std::get<scg::config::error>(r).field == "auth.jwt.key_file");
+}
+
+TEST_CASE("an inline key_pem that is no key is a startup error naming the field", "[auth][authenticator]") {
+  auto r = authenticator::create(security(R"(
+auth: { type: jwt, jwt: { algorithms: [RS256], key_pem: "not a key" } }
+)"));
+  REQUIRE(std::holds_alternative<scg::config::error>(r));
+  CHECK(std::get<scg::config::error>(r).to_string() == "auth.jwt.key_pem: not a readable PEM public key or certificate");
 }
 
 TEST_CASE("tenants come from a header, with missing and unknown tenants per policy",

@@ -14,6 +14,7 @@
 #include "tests/jwt_keys.hpp"
 
 using namespace scg::auth;
+using namespace scg::config;
 using nlohmann::json;
 using namespace std::chrono_literals;
 

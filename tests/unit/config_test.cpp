@@ -136,7 +136,7 @@ TEST_CASE("the documented example is valid", "[config]") {
   CHECK(g.backends[2].name == "sc-2");
   CHECK(g.backends[3].resolve_all);
   CHECK(g.cluster);
-  CHECK(g.security.auth.type == scg::auth::auth_type::static_tokens);
+  CHECK(g.security.auth.type == scg::config::auth_type::static_tokens);
   CHECK(g.security.tenants.pools.count("team-a") == 1);
   CHECK(g.limits.per_tenant.max_sessions == 100);
   CHECK(g.placement.shed_above == 0.95);

@@ -1,4 +1,5 @@
 #include "core/tracing.hpp"
+#include "net/span_exporter.hpp"
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
@@ -17,6 +18,7 @@
 #include "core/metrics.hpp"
 
 using namespace scg::core;
+using scg::net::span_exporter;
 using namespace std::chrono_literals;
 
 namespace {

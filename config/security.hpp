@@ -1,7 +1,8 @@
 #pragma once
 // The security sections of the replica configuration: `auth:`, `tenants:`,
-// `backend_token:` and `rate_limits:`. Parsed here, wired into the whole
-// configuration by config/config.cpp. Errors name the field, as there.
+// `backend_token:` and `rate_limits:`: their schema and parsers, wired into
+// the whole configuration by config/config.cpp. Errors name the field, as
+// there. Secrets are read at startup by auth/credentials.hpp.
 //
 // YAML shapes (every section optional; shown with defaults where they exist):
 //
@@ -57,18 +58,22 @@
 #include <variant>
 #include <vector>
 
-#include "auth/jwt.hpp"
 
 namespace YAML {
 class Node;
 }
-// Declared only, so config/config.hpp can include this header; callers that
-// look inside an error include config/config.hpp.
 namespace scg::config {
-struct error;
-}
 
-namespace scg::auth {
+struct error;  // config/config.hpp: callers that look inside an error include it
+
+/// The JWT signature algorithms scg accepts. `none` is not one of them, ever.
+enum class jwt_algorithm { rs256, es256, hs256 };
+
+/// "RS256" → rs256; nullopt for anything else (including "none").
+std::optional<jwt_algorithm> jwt_algorithm_from_name(std::string_view name);
+
+/// The JOSE name ("RS256").
+std::string_view jwt_algorithm_name(jwt_algorithm a);
 
 /// A secret named in the configuration, read at startup.
 struct secret_ref {
@@ -77,11 +82,6 @@ struct secret_ref {
   std::string value;  ///< the secret (inline), the variable name (env) or the path (file)
   std::string field;  ///< where it was configured ("backend_token"), for errors
 };
-
-/// Reads a secret: inline as is, an environment variable, or a file with one
-/// trailing newline removed. An unset variable, unreadable file or empty
-/// secret is an error naming `ref.field`; the message never contains the secret.
-std::variant<std::string, config::error> resolve_secret(const secret_ref& ref);
 
 enum class auth_type { anonymous, static_tokens, jwt, oidc };
 
@@ -92,7 +92,7 @@ struct static_token {
 };
 
 struct jwt_config {
-  std::vector<algorithm> algorithms;
+  std::vector<jwt_algorithm> algorithms;
   std::string key_file;  ///< one of key_file, key_pem, hmac_secret is set
   std::string key_pem;
   std::optional<secret_ref> hmac_secret;
@@ -106,7 +106,7 @@ struct oidc_config {
   std::string issuer;
   std::string discovery_url;
   std::string audience;
-  std::vector<algorithm> algorithms{algorithm::rs256, algorithm::es256};
+  std::vector<jwt_algorithm> algorithms{jwt_algorithm::rs256, jwt_algorithm::es256};
   int refresh_secs = 300;
   int min_refresh_interval_secs = 10;
   int fetch_timeout_ms = 5000;
@@ -123,13 +123,6 @@ struct auth_config {
 };
 
 enum class tenant_source { claim, header, fixed };
-
-/// The user id Spark sees for `user` of `tenant`. Spark keys its sessions by
-/// (user_id, session_id) only, so two tenants' users must never map to one
-/// id: users of the default tenant keep their id (unless it contains ':'),
-/// everyone else becomes "TENANT:USER". Tenant names hold no ':', so the
-/// mapping is one-to-one.
-std::string spark_user_id(std::string_view tenant, std::string_view user, std::string_view default_tenant);
 
 /// The `tenants:` section.
 struct tenants_config {
@@ -168,39 +161,21 @@ struct security_config {
 
 /// Each parser takes the section's node as found under the root (undefined or
 /// null: defaults) and returns the section or the first bad field.
-std::variant<auth_config, config::error> parse_auth(const YAML::Node& n);
+std::variant<auth_config, error> parse_auth(const YAML::Node& n);
 /// `backend_names` are the configured backends' names; pools may name only
 /// those (an empty list skips the check).
-std::variant<tenants_config, config::error> parse_tenants(
+std::variant<tenants_config, error> parse_tenants(
     const YAML::Node& n, const std::vector<std::string>& backend_names);
-std::variant<std::optional<secret_ref>, config::error> parse_backend_token(const YAML::Node& n);
-std::variant<rate_limits_config, config::error> parse_rate_limits(const YAML::Node& n);
+std::variant<std::optional<secret_ref>, error> parse_backend_token(const YAML::Node& n);
+std::variant<rate_limits_config, error> parse_rate_limits(const YAML::Node& n);
 
 /// Reads root["auth"], ["tenants"], ["backend_token"], ["rate_limits"] and
 /// checks them against each other (e.g. tenants from claim needs a token).
-std::variant<security_config, config::error> parse_security(
+std::variant<security_config, error> parse_security(
     const YAML::Node& root, const std::vector<std::string>& backend_names);
-
-/// Credentials scg presents to backends (`authorization: Bearer …`), read at startup.
-struct backend_credentials {
-  std::string default_token;  ///< empty: none
-  std::map<std::string, std::string, std::less<>> per_tenant;
-  /// The token for calls of `tenant`: its override, else the default (may be empty).
-  const std::string& for_tenant(std::string_view tenant) const;
-  /// Every token, the default first (what responses must never show).
-  std::vector<std::string> all() const {
-    std::vector<std::string> out{default_token};
-    for (const auto& [tenant, token] : per_tenant) out.push_back(token);
-    return out;
-  }
-};
-
-/// Resolves backend_token and tenants.backend_tokens. A token must be
-/// visible ASCII (it travels in a header); errors name the field, never the token.
-std::variant<backend_credentials, config::error> resolve_backend_tokens(const security_config& s);
 
 /// A tenant name scg accepts from config, claims or headers: 1 to 128 of
 /// A-Z a-z 0-9 . _ - (tenants become metric labels and key parts).
 bool valid_tenant_name(std::string_view name);
 
-}  // namespace scg::auth
+}  // namespace scg::config

@@ -1,4 +1,4 @@
-#include "auth/auth_config.hpp"
+#include "config/security.hpp"
 
 #include <cerrno>
 #include <charconv>
@@ -15,7 +15,7 @@
 #include "config/config.hpp"
 #include "config/yaml_read.hpp"
 
-namespace scg::auth {
+namespace scg::config {
 namespace {
 
 // The reading discipline and helpers of config/config.cpp (config/yaml_read.hpp).
@@ -81,18 +81,18 @@ secret_ref parse_secret(const YAML::Node& n, const std::string& path) {
 }
 
 /// Reads an algorithm list; HS256 only where a shared secret is possible.
-std::vector<algorithm> parse_algorithms(const YAML::Node& n, const std::string& path,
+std::vector<jwt_algorithm> parse_algorithms(const YAML::Node& n, const std::string& path,
                                         bool allow_hs256) {
   if (!n.IsSequence()) reject(path, "expected a list, got " + describe(n));
   if (n.size() == 0) reject(path, "at least one algorithm is required");
-  std::vector<algorithm> out;
+  std::vector<jwt_algorithm> out;
   for (std::size_t i = 0; i < n.size(); ++i) {
     std::string name = as_string(n[i], item(path, i));
-    auto a = algorithm_from_name(name);
+    auto a = jwt_algorithm_from_name(name);
     if (!a)
       reject(item(path, i), "unknown algorithm " + in_quotes(name) + " (expected RS256, ES256" +
                                 (allow_hs256 ? ", HS256)" : ")"));
-    if (!allow_hs256 && *a == algorithm::hs256)
+    if (!allow_hs256 && *a == jwt_algorithm::hs256)
       reject(item(path, i), "HS256 is not available with oidc (JWKS keys are public keys)");
     out.push_back(*a);
   }
@@ -115,17 +115,15 @@ jwt_config parse_jwt(const YAML::Node& n) {
   if (sources != 1) reject(path, "exactly one of key_file, key_pem or hmac_secret is required");
   // The key kind fixes the algorithms: a public key never doubles as an HMAC secret.
   for (std::size_t i = 0; i < j.algorithms.size(); ++i) {
-    bool hs = j.algorithms[i] == algorithm::hs256;
+    bool hs = j.algorithms[i] == jwt_algorithm::hs256;
     if (hs && !j.hmac_secret)
       reject(item(child(path, "algorithms"), i), "HS256 needs hmac_secret, not a public key");
     if (!hs && j.hmac_secret)
-      reject(item(child(path, "algorithms"), i), std::string(algorithm_name(j.algorithms[i])) +
+      reject(item(child(path, "algorithms"), i), std::string(jwt_algorithm_name(j.algorithms[i])) +
                                                      " needs key_file or key_pem, not hmac_secret");
   }
-  if (!j.key_pem.empty()) {
-    auto k = key::from_pem(j.key_pem);
-    if (auto* f = std::get_if<failure>(&k)) reject(child(path, "key_pem"), f->reason);
-  }
+  // Whether key_pem is a key is for auth::authenticator::create, at start
+  // and in `scg check`: the config knows no cryptography.
   if (n["issuer"]) j.issuer = as_string(n["issuer"], child(path, "issuer"));
   if (n["audience"]) j.audience = as_string(n["audience"], child(path, "audience"));
   read_int(n, path, "leeway_secs", j.leeway_secs, 0, 3600);
@@ -318,77 +316,17 @@ rate_limits_config parse_rate_limits_section(const YAML::Node& n) {
 /// Runs a section parser, turning the first bad field (or a yaml-cpp
 /// surprise) into the error result.
 template <class T, class F>
-std::variant<T, config::error> guarded(const char* section, F&& parse) {
+std::variant<T, error> guarded(const char* section, F&& parse) {
   try {
     return parse();
   } catch (const bad_field& e) {
     return e.err;
   } catch (const std::exception& e) {
-    return config::error{section, e.what()};
+    return error{section, e.what()};
   }
 }
 
 }  // namespace
-
-std::variant<std::string, config::error> resolve_secret(const secret_ref& ref) {
-  std::string out;
-  switch (ref.kind) {
-    case secret_ref::source::inline_value:
-      out = ref.value;
-      break;
-    case secret_ref::source::env: {
-      const char* v = std::getenv(ref.value.c_str());
-      if (!v)
-        return config::error{ref.field,
-                             "environment variable " + in_quotes(ref.value) + " is not set"};
-      out = v;
-      break;
-    }
-    case secret_ref::source::file: {
-      std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ref.value.c_str(), "rb"),
-                                                        &std::fclose);
-      if (!f)
-        return config::error{ref.field,
-                             "cannot open " + in_quotes(ref.value) + ": " + std::strerror(errno)};
-      char buf[4096];
-      std::size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0 && out.size() < (1u << 20))
-        out.append(buf, n);
-      if (std::ferror(f.get()))
-        return config::error{ref.field,
-                             "cannot read " + in_quotes(ref.value) + ": " + std::strerror(errno)};
-      // Secret files written by editors and `echo` end in a newline that is not part of the secret.
-      if (!out.empty() && out.back() == '\n') out.pop_back();
-      if (!out.empty() && out.back() == '\r') out.pop_back();
-      break;
-    }
-  }
-  if (out.empty()) return config::error{ref.field, "the secret is empty"};
-  return out;
-}
-
-const std::string& backend_credentials::for_tenant(std::string_view tenant) const {
-  auto it = per_tenant.find(tenant);
-  return it == per_tenant.end() ? default_token : it->second;
-}
-
-std::variant<backend_credentials, config::error> resolve_backend_tokens(const security_config& s) {
-  auto read = [](const secret_ref& ref, std::string& out) -> std::optional<config::error> {
-    auto v = resolve_secret(ref);
-    if (auto* e = std::get_if<config::error>(&v)) return *e;
-    out = std::get<std::string>(std::move(v));
-    for (char c : out)
-      if (c < 0x21 || c > 0x7e)
-        return config::error{ref.field, "the token contains characters not allowed in a header"};
-    return std::nullopt;
-  };
-  backend_credentials c;
-  if (s.backend_token)
-    if (auto e = read(*s.backend_token, c.default_token)) return *e;
-  for (const auto& [tenant, ref] : s.tenants.backend_tokens)
-    if (auto e = read(ref, c.per_tenant[tenant])) return *e;
-  return c;
-}
 
 bool valid_tenant_name(std::string_view name) {
   if (name.empty() || name.size() > 128) return false;
@@ -400,28 +338,28 @@ bool valid_tenant_name(std::string_view name) {
   return true;
 }
 
-std::variant<auth_config, config::error> parse_auth(const YAML::Node& n) {
+std::variant<auth_config, error> parse_auth(const YAML::Node& n) {
   return guarded<auth_config>("auth", [&] { return parse_auth_section(n); });
 }
 
-std::variant<tenants_config, config::error> parse_tenants(
+std::variant<tenants_config, error> parse_tenants(
     const YAML::Node& n, const std::vector<std::string>& backend_names) {
   return guarded<tenants_config>("tenants",
                                  [&] { return parse_tenants_section(n, backend_names); });
 }
 
-std::variant<std::optional<secret_ref>, config::error> parse_backend_token(const YAML::Node& n) {
+std::variant<std::optional<secret_ref>, error> parse_backend_token(const YAML::Node& n) {
   return guarded<std::optional<secret_ref>>("backend_token", [&]() -> std::optional<secret_ref> {
     if (!present(n)) return std::nullopt;
     return parse_secret(n, "backend_token");
   });
 }
 
-std::variant<rate_limits_config, config::error> parse_rate_limits(const YAML::Node& n) {
+std::variant<rate_limits_config, error> parse_rate_limits(const YAML::Node& n) {
   return guarded<rate_limits_config>("rate_limits", [&] { return parse_rate_limits_section(n); });
 }
 
-std::variant<security_config, config::error> parse_security(
+std::variant<security_config, error> parse_security(
     const YAML::Node& root, const std::vector<std::string>& backend_names) {
   return guarded<security_config>("(root)", [&] {
     security_config s;
@@ -438,12 +376,23 @@ std::variant<security_config, config::error> parse_security(
   });
 }
 
-std::string spark_user_id(std::string_view tenant, std::string_view user, std::string_view default_tenant) {
-  if (tenant == default_tenant && user.find(':') == std::string_view::npos) return std::string(user);
-  std::string out;
-  out.reserve(tenant.size() + 1 + user.size());
-  out.append(tenant).append(1, ':').append(user);
-  return out;
+std::optional<jwt_algorithm> jwt_algorithm_from_name(std::string_view name) {
+  if (name == "RS256") return jwt_algorithm::rs256;
+  if (name == "ES256") return jwt_algorithm::es256;
+  if (name == "HS256") return jwt_algorithm::hs256;
+  return std::nullopt;
 }
 
-}  // namespace scg::auth
+std::string_view jwt_algorithm_name(jwt_algorithm a) {
+  switch (a) {
+    case jwt_algorithm::rs256:
+      return "RS256";
+    case jwt_algorithm::es256:
+      return "ES256";
+    case jwt_algorithm::hs256:
+      return "HS256";
+  }
+  return "?";
+}
+
+}  // namespace scg::config
