@@ -26,6 +26,7 @@
 
 #include "actors/backend_set.hpp"
 #include "actors/protocol.hpp"
+#include "cluster/membership.hpp"
 #include "cluster/messages.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
@@ -43,26 +44,13 @@ constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
 constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups of the seeds
-constexpr std::int64_t max_dial_backoff_ms = 2000;
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 
-struct member {
-  std::string address;
-  cluster_actor cluster;
-  caf::actor router;  // as the peer sent it; the router casts it (actors::peer_router_actor)
-  bool up = false;
-  std::int64_t last_seen_ms = 0;
-  std::int64_t lag_ms = 0;
-};
-
-struct dial_target {
-  bool connected = false;  // a hello came back through it
-  bool in_flight = false;
-  std::int64_t next_attempt_ms = 0;
-  std::int64_t backoff_ms = 250;
-};
-
 }  // namespace
+
+/// Members reached through their cluster actors; their routers as the peers
+/// sent them (the router casts them: actors::peer_router_actor).
+using members_table = membership<cluster_actor, caf::actor>;
 
 struct cluster_state {
   config::cluster cfg;
@@ -80,10 +68,7 @@ struct cluster_state {
   std::int64_t started_ms = actors::now_ms();  // steady clock, for the time to readiness
   std::uint64_t conflicts = 0;
 
-  std::map<std::string, member> members;      // by node name, never self
-  std::map<std::string, dial_target> targets;  // by "ip:port"
-  std::set<std::string> self_addresses;        // addresses that turned out to be us
-  std::set<std::string> duplicate_warned;      // addresses of other replicas using our name
+  members_table members{""};  // the node name is set at start
   std::set<caf::actor_addr> repairing;         // peers a repair is being sent to
   std::vector<entry> outbox;
   bool flush_scheduled = false;
@@ -143,11 +128,7 @@ void apply(cluster_state& st, const entry& e) {
 
 void publish_view(self_ptr self) {
   auto& st = self->state;
-  std::vector<member_info> infos;
-  infos.push_back({st.cfg.node_name, st.self_address, "self", actors::wall_now_ms(), 0});
-  for (const auto& [name, m] : st.members)
-    infos.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms});
-  st.view->set(std::move(infos), st.conflicts, st.synced);
+  st.view->set(st.members.view(st.self_address, actors::wall_now_ms()), st.conflicts, st.synced);
 }
 
 /// Tells the router who is up (names and their routers), self excluded.
@@ -155,7 +136,7 @@ void publish_members(self_ptr self) {
   auto& st = self->state;
   std::vector<std::string> names;
   std::vector<caf::actor> routers;
-  for (const auto& [name, m] : st.members) {
+  for (const auto& [name, m] : st.members.members()) {
     if (!m.up) continue;
     names.push_back(name);
     routers.push_back(m.router);
@@ -288,11 +269,7 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
                                         static_cast<std::uint64_t>(std::max<std::int64_t>(delay_us, 0)));
     }
   }
-  for (auto& [name, m] : st.members) {
-    if (m.cluster.address() != self->current_sender()) continue;
-    m.last_seen_ms = now;
-    if (!batch.empty()) m.lag_ms = lag;
-  }
+  st.members.on_batch(self->current_sender(), now, !batch.empty(), lag);
 }
 
 /// Drops members down for cluster.forget_after_secs (a scaled-down pod), with
@@ -300,32 +277,19 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
 /// member that comes back is found again.
 void forget_departed(self_ptr self) {
   auto& st = self->state;
-  if (st.cfg.forget_after_secs <= 0) return;
   const auto now = actors::wall_now_ms();
-  bool changed = false;
-  for (auto it = st.members.begin(); it != st.members.end();) {
-    const auto& m = it->second;
-    if (m.up || now - m.last_seen_ms < std::int64_t{st.cfg.forget_after_secs} * 1000) {
-      ++it;
-      continue;
-    }
-    log().info("member_forgotten node={} address={} down_secs={}", it->first, m.address,
-               (now - m.last_seen_ms) / 1000);
-    st.targets.erase(m.address);
-    it = st.members.erase(it);
-    changed = true;
-  }
-  if (changed) publish_members(self);
+  const auto gone = st.members.forget_departed(now, std::int64_t{st.cfg.forget_after_secs} * 1000);
+  for (const auto& [name, m] : gone)
+    log().info("member_forgotten node={} address={} down_secs={}", name, m.address, (now - m.last_seen_ms) / 1000);
+  if (!gone.empty()) publish_members(self);
 }
 
 /// Introduces this replica to `peer`. The router goes as a caf::actor, the
 /// type older replicas expect.
 void greet(self_ptr self, const cluster_actor& peer) {
   auto& st = self->state;
-  std::vector<std::string> known;
-  for (const auto& [name, m] : st.members) known.push_back(m.address);
   self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, caf::actor_cast<caf::actor>(st.router),
-             std::move(known));
+             st.members.known_addresses());
 }
 
 /// Peers are heard only once the address they would be greeted back with is
@@ -333,34 +297,26 @@ void greet(self_ptr self, const cluster_actor& peer) {
 /// messages wait in the mailbox.
 bool listening(self_ptr self) { return !self->state.self_address.empty(); }
 
-void dial(self_ptr self, const std::string& address) {
-  auto& t = self->state.targets[address];
-  if (t.connected || t.in_flight || self->state.self_addresses.count(address)) return;
-  if (actors::wall_now_ms() < t.next_attempt_ms) return;
-  // Every target was checked on the way in (config, hello, gossip).
-  auto target = core::parse_host_port(address);
-  if (!target) return;
-  t.in_flight = true;
+/// Dials every address due (membership decides which).
+void dial_due(self_ptr self) {
   // With TLS configured, the OpenSSL manager's middleman dials (mutual TLS).
   auto mm = self->state.cfg.tls ? self->system().openssl_manager().actor_handle()
                                 : self->system().middleman().actor_handle();
-  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, target->host, target->port)
-      .then(
-          [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            auto& t = self->state.targets[address];
-            t.in_flight = false;
-            auto peer = caf::actor_cast<cluster_actor>(ptr);
-            if (!peer) return;
-            t.backoff_ms = 250;
-            greet(self, peer);
-          },
-          [=](const caf::error& err) {
-            auto& t = self->state.targets[address];
-            t.in_flight = false;
-            t.next_attempt_ms = actors::wall_now_ms() + t.backoff_ms;
-            t.backoff_ms = std::min(t.backoff_ms * 2, max_dial_backoff_ms);
-            log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
-          });
+  for (const auto& address : self->state.members.dial_now(actors::wall_now_ms())) {
+    const auto target = core::parse_host_port(address);  // dial_now checked it
+    self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, target->host, target->port)
+        .then(
+            [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              auto peer = caf::actor_cast<cluster_actor>(ptr);
+              if (!peer) return self->state.members.dial_dropped(address);
+              self->state.members.dial_succeeded(address);
+              greet(self, peer);
+            },
+            [=](const caf::error& err) {
+              self->state.members.dial_failed(address, actors::wall_now_ms());
+              log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
+            });
+  }
 }
 
 }  // namespace
@@ -371,6 +327,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
                                               std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.members = members_table{st.cfg.node_name};
   st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
   st.op_ttl_ms = std::int64_t{ttl.op_ttl_secs} * 1000;
   st.sessions = std::move(sessions);
@@ -385,14 +342,10 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
     log().warn("peer_error reason=\"{}\"", self->system().render(err));
   });
   self->set_down_handler([=](const caf::down_msg& msg) {
-    for (auto& [name, m] : self->state.members) {
-      if (m.cluster.address() != msg.source || !m.up) continue;
-      m.up = false;
-      log().warn("member_down node={} address={} reason=\"{}\"", name, m.address,
+    auto& members = self->state.members;
+    for (const auto& name : members.on_down(msg.source))
+      log().warn("member_down node={} address={} reason=\"{}\"", name, members.members().at(name).address,
                  self->system().render(msg.reason));
-      for (auto& [addr, t] : self->state.targets)
-        if (addr == m.address) t.connected = false;
-    }
     publish_members(self);
   });
 
@@ -418,48 +371,40 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         if (!listening(self)) return caf::skip;
         auto& st = self->state;
         auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
-        if (name == st.cfg.node_name) {
-          if (sender.node() == self->node()) {  // we dialed ourselves
-            st.self_addresses.insert(address);
-          } else if (st.duplicate_warned.insert(address).second) {
+        cluster_actor replaced;
+        bool warn = false;
+        using verdict = members_table::hello;
+        switch (st.members.on_hello(sender, router, sender.node() == self->node(), name, address, known,
+                                    actors::wall_now_ms(), &replaced, &warn)) {
+          case verdict::ours:
+          case verdict::twin_again:
+          case verdict::known:
+            break;
+          case verdict::twin:
             greet(self, sender);  // once: so the other one learns of it too
             core::bump(core::global_metrics().cluster_duplicate_names_total);
             log().error("duplicate_node_name node={} address={} reason=\"another replica uses this node_name; "
                         "they cannot both be members\"", name, address);
-          }
-          return {};
-        }
-        if (!core::parse_host_port(address)) {
-          log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
-          return {};
-        }
-        auto& m = st.members[name];
-        if (m.up && m.cluster && m.cluster != sender && m.cluster.node() != sender.node()) {
-          // Another process claims the name of a live member: keep the member.
-          if (st.duplicate_warned.insert(address).second) {
+            break;
+          case verdict::bad_address:
+            log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
+            break;
+          case verdict::claimed:
+            if (!warn) break;
             core::bump(core::global_metrics().cluster_duplicate_names_total);
             log().error("duplicate_node_name node={} address={} member_address={} reason=\"two replicas use this "
-                        "node_name; the one seen first stays the member\"", name, address, m.address);
-          }
-          return {};
+                        "node_name; the one seen first stays the member\"", name, address,
+                        st.members.members().at(name).address);
+            break;
+          case verdict::joined:
+            if (replaced) self->demonitor(replaced.address());
+            self->monitor(sender);
+            greet(self, sender);  // the other side learns us even if it did not dial
+            self->send(sender, digest_atom::value, digest_of(st.table));
+            log().info("member_up node={} address={}", name, address);
+            publish_members(self);
+            break;
         }
-        const bool was_up = m.up && m.cluster == sender;
-        if (!was_up) {
-          if (m.cluster && m.cluster != sender) self->demonitor(m.cluster.address());
-          m.cluster = sender;
-          m.router = router;
-          m.address = address;
-          m.up = true;
-          self->monitor(sender);
-          greet(self, sender);  // the other side learns us even if it did not dial
-          self->send(sender, digest_atom::value, digest_of(st.table));
-          log().info("member_up node={} address={}", name, address);
-        }
-        m.last_seen_ms = actors::wall_now_ms();
-        st.targets[address].connected = true;
-        for (const auto& a : known)
-          if (core::parse_host_port(a) && !st.targets.count(a)) st.targets[a];  // gossip: dial it on the next round
-        if (!was_up) publish_members(self);
         return {};
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
@@ -504,8 +449,8 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         if (st.outbox.empty()) return;
         auto batch = std::move(st.outbox);
         st.outbox.clear();
-        for (const auto& [name, m] : st.members)
-          if (m.up) self->send(m.cluster, delta_atom::value, batch);
+        for (const auto& [name, m] : st.members.members())
+          if (m.up) self->send(m.link, delta_atom::value, batch);
       },
       [=](dial_atom) {
         auto& st = self->state;
@@ -528,21 +473,20 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
               },
               cluster_actor{self});
         }
-        std::vector<std::string> addrs;
-        for (const auto& [addr, t] : st.targets) addrs.push_back(addr);
-        for (const auto& a : addrs) dial(self, a);
+        dial_due(self);
         self->delayed_send(self, dial_interval, dial_atom::value);
       },
       [=](resolved_atom, const std::vector<std::string>& addrs) {
         self->state.resolving = false;
-        for (const auto& a : addrs) dial(self, a);  // new ones at once; the rest as dial() decides
+        for (const auto& a : addrs) self->state.members.add_target(a);
+        dial_due(self);  // new ones at once
       },
       [=](ae_atom) {
         auto& st = self->state;
         forget_departed(self);
         auto digest = digest_of(st.table);
-        for (const auto& [name, m] : st.members)
-          if (m.up) self->send(m.cluster, digest_atom::value, digest);
+        for (const auto& [name, m] : st.members.members())
+          if (m.up) self->send(m.link, digest_atom::value, digest);
         st.table.expire_tombstones(static_cast<std::uint64_t>(actors::wall_now_ms()));
         refresh_or_expire(self);
         publish_view(self);
@@ -552,7 +496,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](address_atom, const std::string& address) {
         auto& st = self->state;
         st.self_address = address;
-        st.self_addresses.insert(address);
+        st.members.add_self_address(address);
         log().info("cluster_listening node={} address={} seeds={}", st.cfg.node_name, address,
                    st.cfg.seeds.size());
         self->send(self, dial_atom::value);

@@ -1,0 +1,194 @@
+#pragma once
+// Who is in the cluster, as one replica sees it: the members (by node name)
+// and the addresses it dials (with backoff). Pure bookkeeping, no actors:
+// `Link` is how a member is reached (the cluster actor's handle in
+// cluster_actor.cpp, a plain value in tests/unit/membership_test.cpp); it
+// compares with == and tells its node with node().
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cluster/cluster_view.hpp"
+#include "core/address.hpp"
+
+namespace scg::cluster {
+
+template <class Link, class Router>
+class membership {
+ public:
+  struct member {
+    std::string address;
+    Link link;
+    Router router;  ///< as the peer sent it
+    bool up = false;
+    std::int64_t last_seen_ms = 0;  ///< wall clock
+    std::int64_t lag_ms = 0;
+  };
+
+  /// What a hello means, for the caller to act on.
+  enum class hello { ours, twin, twin_again, bad_address, claimed, joined, known };
+
+  /// A hello from `from` (whose router is `router`): node `name`, reachable
+  /// at `address`, knowing `gossip` addresses. `local` says `from` is in this
+  /// process (we dialed ourselves). The verdicts:
+  ///   ours         our own hello: `address` is us, never dialed again;
+  ///   twin         another replica uses our name (warn, greet it once);
+  ///   twin_again   the same, already warned;
+  ///   bad_address  `address` is no host:port: refused;
+  ///   claimed      a second process claims a live member's name: the one
+  ///                seen first stays (`*warn` set the first time);
+  ///   joined       a new member, or one back up (watch it, greet, sync);
+  ///                `*replaced` is the link it had before, if another;
+  ///   known        an up member's hello again (seen now).
+  hello on_hello(const Link& from, const Router& router, bool local, const std::string& name,
+                 const std::string& address, const std::vector<std::string>& gossip, std::int64_t now_ms,
+                 Link* replaced = nullptr, bool* warn = nullptr) {
+    if (name == node_name_) {
+      if (local) {
+        self_addresses_.insert(address);
+        return hello::ours;
+      }
+      return warned_.insert(address).second ? hello::twin : hello::twin_again;
+    }
+    if (!core::parse_host_port(address)) return hello::bad_address;
+    auto& m = members_[name];
+    if (m.up && m.link && !(m.link == from) && m.link.node() != from.node()) {
+      if (warn) *warn = warned_.insert(address).second;
+      return hello::claimed;
+    }
+    const bool was_up = m.up && m.link == from;
+    if (!was_up) {
+      if (replaced && m.link && !(m.link == from)) *replaced = m.link;
+      m.link = from;
+      m.router = router;
+      m.address = address;
+      m.up = true;
+    }
+    m.last_seen_ms = now_ms;
+    targets_[address].connected = true;
+    for (const auto& a : gossip)
+      if (core::parse_host_port(a) && !targets_.count(a)) targets_[a];  // dialed on the next round
+    return was_up ? hello::known : hello::joined;
+  }
+
+  /// The link `link` (anything a Link compares with) went down: its member
+  /// is down and its address is dialed again. The names that went down.
+  template <class L>
+  std::vector<std::string> on_down(const L& link) {
+    std::vector<std::string> down;
+    for (auto& [name, m] : members_) {
+      if (!(m.link == link) || !m.up) continue;
+      m.up = false;
+      down.push_back(name);
+      if (auto t = targets_.find(m.address); t != targets_.end()) t->second.connected = false;
+    }
+    return down;
+  }
+
+  /// A batch from `link` arrived: its member was seen now, its lag is `lag_ms`
+  /// (when the batch carried entries).
+  template <class L>
+  void on_batch(const L& link, std::int64_t now_ms, bool had_entries, std::int64_t lag_ms) {
+    for (auto& [name, m] : members_) {
+      if (!(m.link == link)) continue;
+      m.last_seen_ms = now_ms;
+      if (had_entries) m.lag_ms = lag_ms;
+    }
+  }
+
+  /// Forgets members down for `after_ms` (a scaled-down pod), and their
+  /// addresses (seed names are resolved again, so one that returns is found).
+  /// The members forgotten, by name; never any when `after_ms` <= 0.
+  std::vector<std::pair<std::string, member>> forget_departed(std::int64_t now_ms, std::int64_t after_ms) {
+    std::vector<std::pair<std::string, member>> gone;
+    if (after_ms <= 0) return gone;
+    for (auto it = members_.begin(); it != members_.end();) {
+      if (it->second.up || now_ms - it->second.last_seen_ms < after_ms) {
+        ++it;
+        continue;
+      }
+      targets_.erase(it->second.address);
+      gone.emplace_back(it->first, std::move(it->second));
+      it = members_.erase(it);
+    }
+    return gone;
+  }
+
+  // --- dialing ----------------------------------------------------------------
+
+  /// Adds an address to dial (a seed, or what a seed name resolved to).
+  void add_target(const std::string& address) { targets_[address]; }
+  /// Records that `address` turned out to be this replica.
+  void add_self_address(const std::string& address) { self_addresses_.insert(address); }
+
+  /// The addresses to dial now: not connected, no attempt in flight, not
+  /// us, past their backoff. Each is marked in flight.
+  std::vector<std::string> dial_now(std::int64_t now_ms) {
+    std::vector<std::string> out;
+    for (auto& [address, t] : targets_) {
+      if (t.connected || t.in_flight || self_addresses_.count(address) || now_ms < t.next_attempt_ms) continue;
+      if (!core::parse_host_port(address)) continue;
+      t.in_flight = true;
+      out.push_back(address);
+    }
+    return out;
+  }
+  /// A dial of `address` connected: its backoff starts over.
+  void dial_succeeded(const std::string& address) {
+    auto& t = targets_[address];
+    t.in_flight = false;
+    t.backoff_ms = first_backoff_ms;
+  }
+  /// A dial of `address` failed: tried again after a doubling backoff.
+  void dial_failed(const std::string& address, std::int64_t now_ms) {
+    auto& t = targets_[address];
+    t.in_flight = false;
+    t.next_attempt_ms = now_ms + t.backoff_ms;
+    t.backoff_ms = std::min(t.backoff_ms * 2, max_backoff_ms);
+  }
+  /// A dial of `address` connected to nothing usable: tried on the next round.
+  void dial_dropped(const std::string& address) { targets_[address].in_flight = false; }
+
+  // --- reading ----------------------------------------------------------------
+
+  const std::map<std::string, member>& members() const { return members_; }
+  /// The addresses of every member, up or down (what a hello gossips).
+  std::vector<std::string> known_addresses() const {
+    std::vector<std::string> out;
+    for (const auto& [name, m] : members_) out.push_back(m.address);
+    return out;
+  }
+  /// The admin view's rows: this replica first, then every member.
+  std::vector<member_info> view(const std::string& self_address, std::int64_t now_ms) const {
+    std::vector<member_info> out{{node_name_, self_address, "self", now_ms, 0}};
+    for (const auto& [name, m] : members_)
+      out.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms});
+    return out;
+  }
+
+  explicit membership(std::string node_name) : node_name_(std::move(node_name)) {}
+
+  static constexpr std::int64_t first_backoff_ms = 250;
+  static constexpr std::int64_t max_backoff_ms = 2000;
+
+ private:
+  struct target {
+    bool connected = false;  ///< a hello came back through it
+    bool in_flight = false;
+    std::int64_t next_attempt_ms = 0;
+    std::int64_t backoff_ms = first_backoff_ms;
+  };
+
+  std::string node_name_;
+  std::map<std::string, member> members_;        ///< by node name, never self
+  std::map<std::string, target> targets_;        ///< by "host:port"
+  std::set<std::string> self_addresses_;         ///< addresses that turned out to be us
+  std::set<std::string> warned_;                 ///< addresses warned of as using a taken name
+};
+
+}  // namespace scg::cluster

@@ -1,0 +1,147 @@
+// cluster/membership.hpp: who is a member, what is dialed, with what backoff.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "cluster/membership.hpp"
+
+namespace {
+
+/// A stand-in for a cluster actor's handle: an id (0: none) on a node.
+struct link {
+  int node_id = 0;
+  int id = 0;
+  explicit operator bool() const { return id != 0; }
+  bool operator==(const link& o) const { return id == o.id; }
+  int node() const { return node_id; }
+};
+
+using table = scg::cluster::membership<link, std::string>;
+using hello = table::hello;
+const std::vector<std::string> none;
+
+bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+TEST_CASE("a peer's hello makes it a member, its gossip is dialed, a second hello only refreshes it",
+          "[cluster][membership]") {
+  table t("a");
+  CHECK(t.on_hello({2, 20}, "router-b", false, "b", "10.0.0.2:7400", {"10.0.0.3:7400", "junk"}, 1000) == hello::joined);
+  REQUIRE(t.members().count("b") == 1);
+  const auto& b = t.members().at("b");
+  CHECK(b.up);
+  CHECK(b.router == "router-b");
+  CHECK(b.address == "10.0.0.2:7400");
+  CHECK(b.last_seen_ms == 1000);
+  // The member's own address is connected; the gossiped one is due, the junk one never dialed.
+  const auto due = t.dial_now(1000);
+  CHECK(due == std::vector<std::string>{"10.0.0.3:7400"});
+  CHECK(t.on_hello({2, 20}, "router-b", false, "b", "10.0.0.2:7400", none, 2000) == hello::known);
+  CHECK(t.members().at("b").last_seen_ms == 2000);
+  CHECK(t.known_addresses() == std::vector<std::string>{"10.0.0.2:7400"});
+}
+
+TEST_CASE("our own hello marks the address as ours, another process using our name is warned of once",
+          "[cluster][membership]") {
+  table t("a");
+  t.add_target("10.0.0.1:7400");
+  CHECK(t.on_hello({1, 10}, "r", true, "a", "10.0.0.1:7400", none, 0) == hello::ours);
+  CHECK(t.dial_now(0).empty());  // never dialed again
+  CHECK(t.on_hello({9, 90}, "r", false, "a", "10.0.0.9:7400", none, 0) == hello::twin);
+  CHECK(t.on_hello({9, 90}, "r", false, "a", "10.0.0.9:7400", none, 0) == hello::twin_again);
+  CHECK(t.members().empty());
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "no port", none, 0) == hello::bad_address);
+  CHECK(t.members().count("b") == 0);
+}
+
+TEST_CASE("a second process claiming a live member's name is refused, a member's new link on its node replaces it",
+          "[cluster][membership]") {
+  table t("a");
+  REQUIRE(t.on_hello({2, 20}, "r1", false, "b", "10.0.0.2:7400", none, 0) == hello::joined);
+  bool warn = false;
+  CHECK(t.on_hello({3, 30}, "r3", false, "b", "10.0.0.3:7400", none, 0, nullptr, &warn) == hello::claimed);
+  CHECK(warn);
+  CHECK(t.on_hello({3, 30}, "r3", false, "b", "10.0.0.3:7400", none, 0, nullptr, &warn) == hello::claimed);
+  CHECK_FALSE(warn);  // warned once
+  CHECK(t.members().at("b").address == "10.0.0.2:7400");  // the first one stays
+  // The same node with a new actor (it restarted its cluster actor): the new link wins.
+  link replaced;
+  CHECK(t.on_hello({2, 21}, "r2", false, "b", "10.0.0.2:7400", none, 0, &replaced) == hello::joined);
+  CHECK(replaced.id == 20);
+  CHECK(t.members().at("b").router == "r2");
+}
+
+TEST_CASE("a member whose link goes down is down, dialed again, and joins again with its next hello",
+          "[cluster][membership]") {
+  table t("a");
+  t.add_target("10.0.0.2:7400");
+  REQUIRE(t.dial_now(0) == std::vector<std::string>{"10.0.0.2:7400"});
+  t.dial_succeeded("10.0.0.2:7400");
+  REQUIRE(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 0) == hello::joined);
+  CHECK(t.dial_now(0).empty());  // connected
+  CHECK(t.on_down(link{7, 70}).empty());  // not a member's link
+  CHECK(t.on_down(link{2, 20}) == std::vector<std::string>{"b"});
+  CHECK_FALSE(t.members().at("b").up);
+  CHECK(t.on_down(link{2, 20}).empty());  // already down
+  CHECK(t.dial_now(0) == std::vector<std::string>{"10.0.0.2:7400"});
+  CHECK(t.on_hello({2, 22}, "r", false, "b", "10.0.0.2:7400", none, 5) == hello::joined);
+  CHECK(t.members().at("b").up);
+}
+
+TEST_CASE("failed dials back off, doubling to 2 s, and a connection starts the backoff over", "[cluster][membership]") {
+  table t("a");
+  const std::string x = "10.0.0.5:7400";
+  t.add_target(x);
+  std::int64_t now = 0;
+  std::vector<std::int64_t> waits;
+  REQUIRE(t.dial_now(now) == std::vector<std::string>{x});
+  for (int i = 0; i < 6; ++i) {
+    CHECK(t.dial_now(now).empty());  // in flight: not twice
+    t.dial_failed(x, now);
+    std::int64_t wait = 0;
+    while (t.dial_now(now + wait).empty() && wait < 10000) wait += 50;  // due again after: the backoff
+    waits.push_back(wait);
+    now += wait;
+  }
+  CHECK(waits == std::vector<std::int64_t>{250, 500, 1000, 2000, 2000, 2000});
+  // The last of those dials (in flight) connects: the backoff starts over.
+  t.dial_succeeded(x);
+  REQUIRE(t.dial_now(now) == std::vector<std::string>{x});  // no hello came back through it yet: due
+  t.dial_failed(x, now);
+  CHECK(t.dial_now(now + 249).empty());
+  CHECK(t.dial_now(now + 250) == std::vector<std::string>{x});
+}
+
+TEST_CASE("members down for forget_after are forgotten with their addresses, up ones and 0 never",
+          "[cluster][membership]") {
+  table t("a");
+  REQUIRE(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 1000) == hello::joined);
+  REQUIRE(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, 1000) == hello::joined);
+  REQUIRE(t.on_down(link{2, 20}).size() == 1);
+  CHECK(t.forget_departed(1000 + 600000, 0).empty());           // 0: never
+  CHECK(t.forget_departed(1000 + 599999, 600000).empty());      // not long enough
+  const auto gone = t.forget_departed(1000 + 600000, 600000);
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0].first == "b");
+  CHECK(gone[0].second.address == "10.0.0.2:7400");
+  CHECK(t.members().count("b") == 0);
+  CHECK(t.members().count("c") == 1);  // up: stays however long
+  CHECK_FALSE(has(t.dial_now(1000 + 600000), "10.0.0.2:7400"));
+}
+
+TEST_CASE("batches refresh the sender's last seen and lag, and the view lists this replica first",
+          "[cluster][membership]") {
+  table t("a");
+  REQUIRE(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 1000) == hello::joined);
+  t.on_batch(link{2, 20}, 3000, true, 42);
+  t.on_batch(link{2, 20}, 4000, false, 99);  // no entries: lag kept
+  const auto v = t.view("10.0.0.1:7400", 5000);
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].name == "a");
+  CHECK(v[0].status == "self");
+  CHECK(v[1].name == "b");
+  CHECK(v[1].status == "up");
+  CHECK(v[1].last_seen_ms == 4000);
+  CHECK(v[1].lag_ms == 42);
+}
