@@ -371,6 +371,9 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         if (!listening(self)) return caf::skip;
         auto& st = self->state;
         auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
+        // A hello whose sender's link broke on the way arrives without one:
+        // nothing to answer, nobody to watch (the peer greets again).
+        if (!sender) return {};
         cluster_actor replaced;
         bool warn = false;
         using verdict = members_table::hello;
@@ -413,7 +416,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         // Replicas send each other their digests (on connecting and every
         // round), so each pushes what differs and each side is repaired.
         auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
-        if (!st.repairing.insert(sender.address()).second) return {};  // one repair per peer at a time
+        if (!sender || !st.repairing.insert(sender.address()).second) return {};  // one repair per peer at a time
         send_repair(self, sender, differing_buckets(st.table.digest(), to_digest(theirs)), 0, true);
         return {};
       },

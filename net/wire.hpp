@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/protowire.hpp"
 #include "core/rpc.hpp"
 
 namespace scg::net {
@@ -23,10 +24,7 @@ using core::rpc_name;
 using core::service_prefix;
 
 /// A message as gRPC holds it: one or more contiguous byte segments.
-struct segment {
-  const std::uint8_t* data;
-  std::size_t size;
-};
+using segment = core::protowire::segment;
 using segments = std::vector<segment>;
 
 /// Routing fields of a request. Empty strings when absent.

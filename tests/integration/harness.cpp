@@ -1,5 +1,7 @@
 #include "tests/integration/harness.hpp"
 
+#include <cstdlib>
+
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -30,6 +32,8 @@ temp_dir::temp_dir() {
 }
 
 temp_dir::~temp_dir() {
+  // SCG_TEST_KEEP=1 keeps every test's directory (configs, logs) for a look after.
+  if (const char* keep = std::getenv("SCG_TEST_KEEP"); keep && std::string(keep) == "1") return;
   std::error_code ec;
   fs::remove_all(path_, ec);
 }
