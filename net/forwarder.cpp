@@ -52,6 +52,7 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "core/tracing.hpp"
+#include "net/choose_backend.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
 #include "net/h2/worker.hpp"
@@ -106,13 +107,6 @@ bool asks_reattachable(std::string_view body) {
 
 /// Executions: the streams a tenant's bulkhead counts and times.
 bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
-
-/// RPCs routed by operation id before session id.
-bool follows_operation(rpc r, const request_fields& f) {
-  if (f.operation_id.empty()) return false;
-  return r == rpc::reattach_execute || r == rpc::release_execute ||
-         (r == rpc::interrupt && f.interrupt_type == 3);
-}
 
 /// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
 /// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
@@ -555,6 +549,27 @@ class forward_call final : public h2::server_stream,
 
   // --- routing ---------------------------------------------------------------------
 
+  /// choose_backend's view of the session table: it refreshes what it finds,
+  /// and a backend down for on_backend_lost.after_secs is lost.
+  struct table_lookup final : route_lookup {
+    forward_context& fx;
+    const std::string& op_id;
+    const std::string& key;
+    const actors::clock_ms now;
+    table_lookup(forward_context& f, const std::string& o, const std::string& k, actors::clock_ms n)
+        : fx(f), op_id(o), key(k), now(n) {}
+    std::optional<binding> operation() override {
+      auto op = fx.table->find_op(op_id, now);
+      if (!op) return std::nullopt;
+      return binding{op->backend, actors::lost(*fx.backends[op->backend], now, fx.lost_after_ms)};
+    }
+    std::optional<binding> session() override {
+      auto b = fx.table->find_session(key, now);
+      if (!b) return std::nullopt;
+      return binding{*b, actors::lost(*fx.backends[*b], now, fx.lost_after_ms)};
+    }
+  };
+
   /// Reads the first message's routing fields (when there is one) and finds
   /// its backend.
   void route(bool has_message) {
@@ -600,33 +615,18 @@ class forward_call final : public h2::server_stream,
     has_first_message_ = has_message;
     if (!admit()) return;
     key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
-    const auto now = actors::now_ms();
-    if (follows_operation(rpc_, fields_)) {
-      // An operation on a lost backend died with it: route by session, and
-      // the new server answers OPERATION_NOT_FOUND, so the client re-runs it.
-      if (auto op = fx_.table->find_op(fields_.operation_id, now);
-          op && !actors::lost(*fx_.backends[op->backend], now, fx_.lost_after_ms))
-        return start_upstream(op->backend);
+    table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
+    const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table);
+    switch (d.action) {
+      case route_action::use: return start_upstream(d.backend);
+      case route_action::any: return start_upstream(any_backend());
+      case route_action::resolve: return fx_.router->resolve(key_, answer_on_worker());
+      case route_action::resolve_held:
+        return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
+                                        answer_on_worker());
+      case route_action::rebind: return fx_.router->rebind(key_, answer_on_worker());
+      case route_action::refuse: return refuse_route(d);
     }
-    if (fields_.session_id.empty() || fx_.backends.empty()) {
-      // Nothing to keep affinity for (no message, or an rpc without a
-      // session): spread over reachable backends; the backend answers.
-      return start_upstream(any_backend());
-    }
-    if (auto b = fx_.table->find_session(key_, now)) {
-      if (!actors::lost(*fx_.backends[*b], now, fx_.lost_after_ms)) return start_upstream(*b);
-      return on_lost_backend(*b);
-    }
-    // A client that has seen its server-side session had one somewhere, and
-    // the RPCs that never create a session only make sense where it lives
-    // (PySpark sends ReleaseExecute without the observed id): a server may
-    // still hold it (scg forgot the binding, or restarted).
-    const bool needs_existing = rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute ||
-                                rpc_ == rpc::release_session;
-    if (!fields_.observed_server_session.empty() || needs_existing)
-      return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
-                                      answer_on_worker());
-    fx_.router->resolve(key_, answer_on_worker());
   }
 
   /// A router callback that continues this call on its worker.
@@ -637,17 +637,13 @@ class forward_call final : public h2::server_stream,
     };
   }
 
-  /// The session's backend has been down for on_backend_lost.after_secs:
-  /// move the session (the new server tells 4.0+ clients SESSION_CHANGED,
-  /// as Spark does) or refuse with a status that names the backend.
-  void on_lost_backend(backend_index b) {
-    const auto& lost = *fx_.backends[b];
-    if (!fx_.rebind_lost) {
-      return finish_local(reason::backend_lost,
-                          "scg: the session's backend " + lost.name + " (" + lost.address +
-                              ") was lost; start a new session (on_backend_lost.action: fail)");
-    }
-    fx_.router->rebind(key_, answer_on_worker());
+  /// choose_backend refused: no backend at all, or the session's is lost
+  /// (on_backend_lost.action: fail) and the status names it.
+  void refuse_route(const route_decision& d) {
+    if (d.refusal != reason::backend_lost) return finish_local(d.refusal, "scg: no backends are configured");
+    const auto& lost = *fx_.backends[d.backend];
+    finish_local(reason::backend_lost, "scg: the session's backend " + lost.name + " (" + lost.address +
+                                           ") was lost; start a new session (on_backend_lost.action: fail)");
   }
 
   /// The router's answer for a new or rebound session.
