@@ -33,8 +33,6 @@
 // core/local_reply.hpp says its status, counters and log line.
 #include "net/forwarder.hpp"
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -56,6 +54,7 @@
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
 #include "net/h2/worker.hpp"
+#include "net/interrupter.hpp"
 #include "net/wire.hpp"
 
 namespace scg::net {
@@ -107,37 +106,6 @@ bool asks_reattachable(std::string_view body) {
 
 /// Executions: the streams a tenant's bulkhead counts and times.
 bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
-
-/// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
-/// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
-void send_interrupt(actors::backend_state& backend, const std::string& session, const std::string& user,
-                    const std::string& op_id, const std::string& token, const std::string& request_id) {
-  namespace pw = core::protowire;
-  struct call {
-    grpc::ClientContext ctx;
-    grpc::ByteBuffer request, response;
-  };
-  std::string user_context, body;
-  pw::put_bytes(user_context, 1, user);
-  pw::put_bytes(body, 1, session);
-  pw::put_bytes(body, 2, user_context);
-  pw::put_uint(body, 4, 3);  // INTERRUPT_TYPE_OPERATION_ID
-  pw::put_bytes(body, 6, op_id);
-  auto* c = new call;
-  grpc::Slice slice(body);
-  c->request = grpc::ByteBuffer(&slice, 1);
-  c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  c->ctx.AddMetadata("x-request-id", request_id);
-  if (!token.empty()) c->ctx.AddMetadata("authorization", "Bearer " + token);
-  backend.stub->UnaryCall(&c->ctx, std::string(service_prefix) + "Interrupt", grpc::StubOptions(), &c->request,
-                          &c->response, [c, op_id, name = backend.name](grpc::Status s) {
-                            if (!s.ok())
-                              forward_log().warn("interrupt_failed backend={} operation_id={} code={} reason=\"{}\"",
-                                                 name, op_id, core::status_code_name(s.error_code()),
-                                                 s.error_message());
-                            delete c;
-                          });
-}
 
 /// One whole gRPC message as it arrived: its prefix and body, in slices.
 struct held_message {
@@ -191,7 +159,7 @@ class forward_call final : public h2::server_stream,
     if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
     if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
     if (!execution_op_.empty()) settle_operation();
-    if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
+    if (final_code_ != 0 && final_code_ != core::grpc_code::cancelled)
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                 {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
                                 {"backend", backend_ ? std::string_view(backend_->name) : std::string_view()},
@@ -268,7 +236,7 @@ class forward_call final : public h2::server_stream,
     to_client_.drop();
     if (!finished_) {  // the client went away or cancelled before its answer
       finished_ = true;
-      final_code_ = static_cast<int>(grpc::StatusCode::CANCELLED);
+      final_code_ = core::grpc_code::cancelled;
       log_.debug("cancelled request_id={} rpc={} http2_error={}", request_id_, rpc_name(rpc_), error_code);
     }
     cancel_backend();
@@ -929,10 +897,10 @@ class forward_call final : public h2::server_stream,
   /// waits for a reattach.
   void settle_operation() {
     if (execution_killed_) return;  // kill() settled it
-    const auto code = static_cast<grpc::StatusCode>(final_code_);
-    const bool goes_on = reattachable_ && !result_complete_ && (code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
-                                               code == grpc::StatusCode::UNAVAILABLE ||
-                                               code == grpc::StatusCode::DEADLINE_EXCEEDED);
+    namespace code = core::grpc_code;
+    const bool goes_on = reattachable_ && !result_complete_ &&
+                         (final_code_ == code::ok || final_code_ == code::cancelled ||
+                          final_code_ == code::unavailable || final_code_ == code::deadline_exceeded);
     if (goes_on)
       fx_.executions.detach(execution_op_, actors::now_ms());
     else
@@ -1055,7 +1023,7 @@ class forward_call final : public h2::server_stream,
       return finish_local(reason::backend_bad_status, "scg: backend " + backend_->name + " sent grpc-status \"" +
                                                           grpc_status->value.substr(0, 32) + "\", not a status code");
     const int code = *parsed;
-    if (code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED) && execution_limit_ &&
+    if (code == core::grpc_code::deadline_exceeded && execution_limit_ &&
         std::chrono::steady_clock::now() >= *execution_limit_)
       return kill_execution();
     if (code == 0) learn_from_success();
