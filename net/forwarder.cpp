@@ -50,6 +50,7 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "core/tracing.hpp"
+#include "net/call_span.hpp"
 #include "net/choose_backend.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
@@ -172,7 +173,8 @@ class forward_call final : public h2::server_stream,
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
     if (streaming_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
     if (backend_ && up_stream_ > 0) backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    if (fx_.tracer && trace_) end_span();
+    if (fx_.tracer && span_.started())
+      span_.end(*fx_.tracer, method_, backend_ ? &backend_->name : nullptr, identity_.tenant, request_id_, final_code_);
     w_.calls.fetch_sub(1, std::memory_order_relaxed);
   }
 
@@ -193,7 +195,7 @@ class forward_call final : public h2::server_stream,
     rpc_ = rpc_from_path(method_);
     auto rid = find_header("x-request-id");
     request_id_ = rid ? std::string(*rid) : core::new_request_id();
-    if (fx_.tracer) start_span();
+    if (fx_.tracer) span_.start(find_header("traceparent"));
     if (header_limit_hit_ > 0)
       return finish_local(reason::headers_too_large, "scg: the request's header block is larger than " +
                                                          std::to_string(header_limit_hit_ >> 10) +
@@ -646,7 +648,7 @@ class forward_call final : public h2::server_stream,
 
     // The backend's headers refer to the call's strings and these locals:
     // nghttp2 copies them when the stream is submitted, below.
-    const std::string traceparent = trace_ ? core::format_traceparent(*trace_) : std::string();
+    const std::string traceparent = span_.started() ? core::format_traceparent(span_.trace()) : std::string();
     const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant);
     const std::string authorization = token.empty() ? std::string() : "Bearer " + token;
     std::vector<h2::header_ref> headers;
@@ -658,9 +660,9 @@ class forward_call final : public h2::server_stream,
     headers.push_back({"te", "trailers"});
     headers.push_back({"content-type", content_type_});
     for (const auto& h : metadata_)
-      if (!not_forwarded(h.name) && !(trace_ && h.name == "traceparent")) headers.push_back({h.name, h.value});
+      if (!not_forwarded(h.name) && !(span_.started() && h.name == "traceparent")) headers.push_back({h.name, h.value});
     headers.push_back({"x-request-id", request_id_});
-    if (trace_) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
+    if (span_.started()) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
     if (!authorization.empty()) headers.push_back({"authorization", authorization});
     auto deadline = deadline_;
     if (is_execution(rpc_)) {
@@ -967,44 +969,6 @@ class forward_call final : public h2::server_stream,
     core::bump(core::global_metrics().config_redactions_total);
   }
 
-  // --- tracing (only with a `tracing:` block) ------------------------------------------
-
-  /// Continues the client's trace (its traceparent) or starts one; this
-  /// call's span gets a new id, which the backend sees as its parent.
-  void start_span() {
-    span_start_ns_ = core::unix_now_ns();
-    std::optional<core::trace_parent> inbound;
-    if (auto tp = find_header("traceparent")) inbound = core::parse_traceparent(*tp);
-    trace_ = inbound ? *inbound : core::trace_parent{core::new_trace_id(), {}, 1};
-    if (inbound) parent_span_ = inbound->span;
-    trace_->span = core::new_span_id();
-  }
-
-  /// Hands this call's span to the exporter (which never blocks).
-  void end_span() {
-    core::span s;
-    s.trace = trace_->trace;
-    s.id = trace_->span;
-    s.parent = parent_span_;
-    s.name = method_;
-    s.start_unix_ns = span_start_ns_;
-    s.end_unix_ns = core::unix_now_ns();
-    // "/spark.connect.SparkConnectService/ExecutePlan": service, then method.
-    const std::string_view path = s.name;
-    const auto slash = path.rfind('/');
-    const bool split = slash != std::string_view::npos && slash > 0;
-    const auto service = split ? path.substr(1, slash - 1) : std::string_view();
-    const auto method = split ? path.substr(slash + 1) : path;
-    s.attributes = {{"rpc.system", "grpc"}, {"rpc.service", std::string(service)},
-                    {"rpc.method", std::string(method)}};
-    if (backend_) s.attributes.emplace_back("scg.backend", backend_->name);
-    if (!identity_.tenant.empty()) s.attributes.emplace_back("scg.tenant", identity_.tenant);
-    s.attributes.emplace_back("scg.request_id", request_id_);
-    s.grpc_status_code = final_code_;
-    s.error = final_code_ != 0;
-    fx_.tracer->submit(std::move(s));
-  }
-
   // --- finishing -----------------------------------------------------------------------
 
   /// The backend's status ends the call; scg replaces it only to say what
@@ -1162,9 +1126,7 @@ class forward_call final : public h2::server_stream,
   bool clone_pending_ = false;                   // CloneSession's answer waits for its binding
   held_message clone_answer_;
   std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_
-  std::optional<core::trace_parent> trace_;   // this call's trace and span id; set only when tracing
-  std::optional<core::span_id> parent_span_;  // the client's span; absent for a root span
-  std::int64_t span_start_ns_ = 0;
+  call_span span_;  // started only when tracing
 };
 
 }  // namespace
