@@ -36,13 +36,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string_view>
 
 #include "auth/authenticator.hpp"
-#include "core/protowire.hpp"
-#include "auth/rate_limit.hpp"
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
 #include "core/ids.hpp"
@@ -50,6 +47,7 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "core/tracing.hpp"
+#include "net/admission.hpp"
 #include "net/call_span.hpp"
 #include "net/choose_backend.hpp"
 #include "net/h2/endpoints.hpp"
@@ -87,26 +85,6 @@ spdlog::logger& forward_log() {
 
 /// Execution responses up to this size are read whole (for result_complete).
 constexpr std::uint32_t small_response_bytes = 512;
-
-/// ExecutePlanRequest.request_options (5) holds a RequestOption whose
-/// reattach_options (1) say reattachable (1 = true). A server ends a
-/// non-reattachable execution's one stream without result_complete.
-bool asks_reattachable(std::string_view body) {
-  namespace pw = core::protowire;
-  pw::field f, g, h;
-  while (!body.empty() && pw::next(body, f)) {
-    if (f.number != 5 || f.type != 2) continue;
-    for (auto option = f.payload; !option.empty() && pw::next(option, g);) {
-      if (g.number != 1 || g.type != 2) continue;
-      for (auto reattach = g.payload; !reattach.empty() && pw::next(reattach, h);)
-        if (h.number == 1 && h.type == 0) return h.varint != 0;
-    }
-  }
-  return false;
-}
-
-/// Executions: the streams a tenant's bulkhead counts and times.
-bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
 
 /// One whole gRPC message as it arrived: its prefix and body, in slices.
 struct held_message {
@@ -158,8 +136,7 @@ class forward_call final : public h2::server_stream,
     to_backend_.drop();
     if (!request_prefix_.empty()) down_->consume(down_stream_, request_prefix_.bytes());
     if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
-    if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
-    if (!execution_op_.empty()) settle_operation();
+    execution_.settle(fx_, identity_.tenant, final_code_);
     if (final_code_ != 0 && final_code_ != core::grpc_code::cancelled)
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                 {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
@@ -436,7 +413,7 @@ class forward_call final : public h2::server_stream,
                         (rpc_ == rpc::config || rpc_ == rpc::execute_plan || rpc_ == rpc::clone_session)) ||
                        // Small execution responses are read to see the result complete
                        // (Spark sends it alone, a few dozen bytes).
-                       (!execution_op_.empty() && response_.header.length <= small_response_bytes);
+                       (execution_.has_operation() && response_.header.length <= small_response_bytes);
     }
     if (finished_) return up_->consume(up_stream_, s.size());
     if (hold_response_) {
@@ -471,7 +448,7 @@ class forward_call final : public h2::server_stream,
     held_message msg = std::move(response_);
     response_ = held_message{};
     learn_from_first_response(msg);
-    if (!execution_op_.empty() && !result_complete_) note_result_complete(msg);
+    if (execution_.has_operation() && !execution_.result_complete()) note_result_complete(msg);
     if (rpc_ == rpc::config) redact_config(msg);
     if (clone_pending_) {
       clone_answer_ = std::move(msg);
@@ -583,7 +560,9 @@ class forward_call final : public h2::server_stream,
                           std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
     has_first_message_ = has_message;
-    if (!admit()) return;
+    if (auto no = execution_.admit(fx_, rpc_, fields_, identity_.tenant, request_id_,
+                                   [this] { return first_asks_reattachable(); }))
+      return finish_local(no->reason, no->message, no->retry_after);
     key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
     table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
     const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table);
@@ -669,7 +648,8 @@ class forward_call final : public h2::server_stream,
       // An execution longer than its tenant may run is cut here, then interrupted.
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
         // Counted from the operation's start (a reattach continues it).
-        const auto since_start = std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_started_ms_));
+        const auto since_start =
+            std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_.started_ms()));
         const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs) - since_start;
         if (!deadline || limit < *deadline) {
           execution_limit_ = limit;
@@ -717,9 +697,9 @@ class forward_call final : public h2::server_stream,
 
   void learn_operation(const std::string& op_id) {
     operation_id_ = op_id;
-    adopt_execution(op_id);
+    execution_.adopt(fx_, rpc_, op_id, identity_.tenant);
     // Its start goes with it to every replica (max_execution_secs counts from it).
-    const auto started = execution_started_ms_ > 0 ? actors::wall_of(execution_started_ms_) : 0;
+    const auto started = execution_.started_ms() > 0 ? actors::wall_of(execution_.started_ms()) : 0;
     fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms(), started);
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
@@ -730,13 +710,13 @@ class forward_call final : public h2::server_stream,
     if (msg.header.length > small_response_bytes) return;
     response_fields f;
     if (!msg.header.compressed) {
-      result_complete_ = scan_response(rpc_, msg.body(), f) && f.result_complete;
+      execution_.set_result_complete(scan_response(rpc_, msg.body(), f) && f.result_complete);
       return;
     }
     auto body = readable_body(msg, response_encoding_);
-    result_complete_ = body &&
-                       scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f) &&
-                       f.result_complete;
+    execution_.set_result_complete(
+        body && scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f) &&
+        f.result_complete);
   }
 
   void learn_from_first_response(const held_message& msg) {
@@ -809,104 +789,12 @@ class forward_call final : public h2::server_stream,
     return true;
   }
 
-  /// Rate limits and the executions bulkhead; false when the call was
-  /// refused. A query allowed to run keeps its slot across every reattach.
-  /// ReattachExecute and ReleaseExecute start no work and are never rate
-  /// limited: PySpark 4.1+ answers a refused ExecutePlan with a Reattach
-  /// before it sends the ExecutePlan again, and a limit that took its token
-  /// for that Reattach would refuse the ExecutePlan forever (measured:
-  /// tests/realspark `retries`).
-  bool admit() {
-    const bool starts_no_work =
-        (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty();
-    // The continuation of an operation scg has routed: a call that was admitted.
-    const bool continuation = starts_no_work && fx_.table->has_op(fields_.operation_id);
-    if (fx_.limiter && fx_.limiter->enabled() && !starts_no_work) {
-      auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
-      if (!a.allowed) {
-        core::audit("rate_limited", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
-                                     {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
-                                     {"request_id", request_id_}});
-        finish_local(reason::rate_limited,
-                     "scg: rate limit of tenant " + identity_.tenant + " reached (rate_limits); retry after " +
-                         std::to_string(a.retry_after.count()) + " ms",
-                     a.retry_after);
-        return false;
-      }
-    }
-    if (!is_execution(rpc_)) return true;
-    sweep_executions();
-    const auto cap = fx_.limits.for_tenant(identity_.tenant).max_executions;
-    // Each replica holds its share of the cluster-wide cap, at least one.
-    const int mine = cap > 0 ? std::max(1, static_cast<int>(std::ceil(cap * fx_.share.load()))) : 0;
-    if (rpc_ == rpc::reattach_execute && !fields_.operation_id.empty()) {
-      const auto now = actors::now_ms();
-      auto a = fx_.executions.attach(fields_.operation_id);
-      if (!a && continuation) {
-        // First seen here (a failover, a restart): its clock runs from its start, when a replica said.
-        const auto op = fx_.table->find_op(fields_.operation_id, now);
-        const auto started = op && op->started_wall_ms > 0 ? std::min(now, actors::steady_of(op->started_wall_ms)) : now;
-        a = fx_.executions.attach_unknown(fields_.operation_id, identity_.tenant, mine, started);
-      }
-      if (a) {
-        if (a->killed) {
-          finish_local(reason::reattach_of_killed, killed_message(fields_.operation_id));
-          return false;
-        }
-        execution_op_ = fields_.operation_id;
-        execution_started_ms_ = a->started;
-        return true;
-      }
-    }
-    if (!fx_.executions.try_take(identity_.tenant, mine)) {
-      core::audit("execution.refused", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
-                                        {"session", fields_.session_id}, {"request_id", request_id_}});
-      finish_local(reason::executions_full,
-                   "scg: tenant " + identity_.tenant + " runs " + std::to_string(mine) +
-                       " executions through this replica, its share of limits.max_executions (" +
-                       std::to_string(cap) + "); retry later",
-                   std::chrono::seconds(1));
-      return false;
-    }
-    holds_execution_slot_ = true;
-    execution_started_ms_ = actors::now_ms();
-    // Only a reattachable execution outlives its stream (spark-connect-go asks for none).
-    if (rpc_ == rpc::execute_plan && has_first_message_ && (cap > 0 || fx_.limits.for_tenant(identity_.tenant).max_execution_secs > 0)) {
-      auto body = readable_body(first_, request_encoding_);
-      reattachable_ = body && asks_reattachable(*body);
-    }
-    return true;
-  }
-
-  /// Forgets operations detached longer than Spark keeps them (at most once a second).
-  void sweep_executions() {
-    const auto now = actors::now_ms();
-    auto last = fx_.executions_swept_ms.load(std::memory_order_relaxed);
-    if (now - last < 1000 || !fx_.executions_swept_ms.compare_exchange_strong(last, now)) return;
-    fx_.executions.expire(now, fx_.detached_ttl_ms);
-  }
-
-  /// The ExecutePlan's operation id is known: its slot and start move to the operation.
-  void adopt_execution(const std::string& op) {
-    if (!holds_execution_slot_ || rpc_ != rpc::execute_plan) return;
-    holds_execution_slot_ = false;
-    execution_op_ = op;
-    fx_.executions.adopt(op, identity_.tenant, execution_started_ms_);
-  }
-
-  /// This stream of the operation ends: the operation ends with it when its
-  /// result was complete or it failed; else (a cut stream, a client gone) it
-  /// waits for a reattach.
-  void settle_operation() {
-    if (execution_killed_) return;  // kill() settled it
-    namespace code = core::grpc_code;
-    const bool goes_on = reattachable_ && !result_complete_ &&
-                         (final_code_ == code::ok || final_code_ == code::cancelled ||
-                          final_code_ == code::unavailable || final_code_ == code::deadline_exceeded);
-    if (goes_on)
-      fx_.executions.detach(execution_op_, actors::now_ms());
-    else
-      fx_.executions.finish(execution_op_);
+  /// The first message (an ExecutePlan) asks for a reattachable execution;
+  /// true without a message.
+  bool first_asks_reattachable() {
+    if (!has_first_message_) return true;
+    auto body = readable_body(first_, request_encoding_);
+    return body && asks_reattachable(*body);
   }
 
   /// The deadline or the execution limit came (whichever is first).
@@ -926,13 +814,6 @@ class forward_call final : public h2::server_stream,
     });
   }
 
-  std::string killed_message(const std::string& op) const {
-    const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
-    return "scg: the execution ran longer than tenant " + identity_.tenant +
-           " may (limits.max_execution_secs = " + std::to_string(secs) + ", counted from its start across "
-           "reattaches); operation " + (op.empty() ? std::string("(id unknown)") : op) + " was interrupted";
-  }
-
   /// The execution outlived max_execution_secs: the backend is told to stop
   /// it, the client why its stream ended (RESOURCE_EXHAUSTED without
   /// RetryInfo: no client retries or reattaches it; a reattach is told the same).
@@ -941,14 +822,11 @@ class forward_call final : public h2::server_stream,
     if (!op.empty())
       send_interrupt(*backend_, fields_.session_id, spark_user_, op, fx_.backend_tokens.for_tenant(identity_.tenant),
                      request_id_);
-    if (!execution_op_.empty()) {
-      fx_.executions.kill(execution_op_, actors::now_ms());
-      execution_killed_ = true;
-    }
+    execution_.kill(fx_);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"operation", op},
                                      {"backend", backend_->name}, {"request_id", request_id_}});
-    finish_local(reason::execution_too_long, killed_message(op));
+    finish_local(reason::execution_too_long, killed_message(fx_, identity_.tenant, op));
   }
 
   /// Hides the backend's token when a server echoes it in Config (it does
@@ -1118,11 +996,8 @@ class forward_call final : public h2::server_stream,
   std::string spark_user_;                  // the user id Spark sees (auth::spark_user_id)
   bool rewrite_users_ = false;              // requests carry spark_user_ instead of their own
   std::string operation_id_;                // the execution's id, once known
-  bool holds_execution_slot_ = false;       // a slot taken for this call, not yet its operation's
-  std::string execution_op_;                 // the operation this execution stream belongs to
-  std::int64_t execution_started_ms_ = 0;    // its start (steady ms): the time limit counts from here
-  bool execution_killed_ = false, result_complete_ = false, learned_first_ = false;
-  bool reattachable_ = true;  // a non-reattachable execution ends with its stream
+  execution_claim execution_;               // its part in the tenant's executions (net/admission.hpp)
+  bool learned_first_ = false;
   bool clone_pending_ = false;                   // CloneSession's answer waits for its binding
   held_message clone_answer_;
   std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_
