@@ -111,6 +111,28 @@ struct held_message {
   }
 };
 
+// Where a call is in its life. It only moves forward, each step made in one place:
+//
+//   receiving ──> routing ──> connecting ──> streaming ──> finishing
+//       │            │            │              │             │
+//       └────────────┴────────────┴──────┬───────┴─────────────┘
+//                                        v
+//                                     finished
+//
+//   receiving   headers read; the first message (or the request's end) awaited
+//   routing     route(): read, admitted, its backend chosen or the router asked
+//   connecting  start_upstream(): the backend stream is submitted; nothing came back yet
+//   streaming   on_response_headers_done(): the backend answered; messages flow
+//   finishing   finish_with_backend_status(): the backend's status waits behind
+//               CloneSession's held answer for the clone's binding (on_clone_bound)
+//   finished    conclude(): the status is decided (scg's, the backend's, or the
+//               client cancelled); bytes that still come are dropped
+//
+// Orthogonal to it: each direction's end (request_ended_, down_closed_,
+// up_closed_), the client's response headers being out (response_started_:
+// their submit can fail), and what each direction holds of its current message.
+enum class phase : std::uint8_t { receiving, routing, connecting, streaming, finishing, finished };
+
 class forward_call final : public h2::server_stream,
                            public h2::client_stream,
                            public std::enable_shared_from_this<forward_call> {
@@ -148,7 +170,7 @@ class forward_call final : public h2::server_stream,
                                              std::chrono::steady_clock::now() - started_)
                                              .count()));
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
-    if (streaming_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
+    if (counted_stream_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
     if (backend_ && up_stream_ > 0) backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
     if (fx_.tracer && span_.started())
       span_.end(*fx_.tracer, method_, backend_ ? &backend_->name : nullptr, identity_.tenant, request_id_, final_code_);
@@ -191,7 +213,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_request_data(slice s) override {
-    if (finished_) {  // answered already: what still comes is dropped
+    if (finished()) {  // answered already: what still comes is dropped
       down_->consume(down_stream_, s.size());
       return;
     }
@@ -202,8 +224,8 @@ class forward_call final : public h2::server_stream,
 
   void on_request_end() override {
     request_ended_ = true;
-    if (finished_) return;
-    if (!routed_ && !routing_) return route(false);
+    if (finished()) return;
+    if (phase_ == phase::receiving) return route(false);
     if (up_stream_ > 0) {
       to_backend_.ended = true;
       up_->resume(up_stream_);
@@ -213,9 +235,8 @@ class forward_call final : public h2::server_stream,
   void on_server_stream_closed(std::uint32_t error_code) override {
     down_closed_ = true;
     to_client_.drop();
-    if (!finished_) {  // the client went away or cancelled before its answer
-      finished_ = true;
-      final_code_ = core::grpc_code::cancelled;
+    if (!finished()) {  // the client went away or cancelled before its answer
+      conclude(core::grpc_code::cancelled);
       log_.debug("cancelled request_id={} rpc={} http2_error={}", request_id_, rpc_name(rpc_), error_code);
     }
     cancel_backend();
@@ -239,7 +260,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void shed(const std::string& why) override {
-    if (finished_) return;
+    if (finished()) return;
     finish_local(reason::buffer_shed, why);
   }
 
@@ -247,7 +268,7 @@ class forward_call final : public h2::server_stream,
   /// message holds a call: it ends after limits.first_message_secs.
   void tick(h2::steady_time now) override {
     const auto limit = w_.tune().first_message_timeout;
-    if (finished_ || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
+    if (finished() || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
       return;
     finish_local(reason::first_message_timeout,
                  "scg: the request's first message did not arrive within " + std::to_string(limit.count() / 1000) +
@@ -262,8 +283,8 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_response_headers_done(bool trailer, bool end_stream) override {
-    got_headers_ = true;
-    if (finished_) return;
+    if (finished()) return;
+    if (phase_ == phase::connecting) phase_ = phase::streaming;  // the backend answered
     if (!trailer && !end_stream) {
       // A stream shows the backend's headers at once (a long query shows
       // them before its first result).
@@ -276,7 +297,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_response_data(slice s) override {
-    if (finished_) {
+    if (finished()) {
       up_->consume(up_stream_, s.size());
       return;
     }
@@ -288,8 +309,8 @@ class forward_call final : public h2::server_stream,
   void on_client_stream_closed(std::uint32_t error_code, const std::string& why) override {
     up_closed_ = true;
     to_backend_.drop();
-    if (finished_ || pending_status_) return;  // pending: on_clone_bound finishes
-    if (!got_headers_) {
+    if (phase_ >= phase::finishing) return;  // finishing: on_clone_bound finishes
+    if (phase_ < phase::streaming) {
       // Nothing came from the backend: the gateway could not reach it.
       backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
       const std::string cause = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
@@ -336,9 +357,9 @@ class forward_call final : public h2::server_stream,
   void request_bytes(slice s) {
     if (!in_request_) {
       in_request_ = true;
-      hold_request_ = !routed_ || rewrite_users_;
+      hold_request_ = phase_ < phase::connecting || rewrite_users_;
     }
-    if (finished_) return down_->consume(down_stream_, s.size());
+    if (finished()) return down_->consume(down_stream_, s.size());
     if (hold_request_) {
       hold(request_, std::move(s), *down_, down_stream_);
     } else {
@@ -370,10 +391,10 @@ class forward_call final : public h2::server_stream,
 
   void request_message_end() {
     in_request_ = false;
-    if (!hold_request_ || finished_) return;
+    if (!hold_request_ || finished()) return;
     held_message msg = std::move(request_);
     request_ = held_message{};
-    if (!routed_ && !routing_) {
+    if (phase_ == phase::receiving) {
       first_ = std::move(msg);
       return route(true);
     }
@@ -415,7 +436,7 @@ class forward_call final : public h2::server_stream,
                        // (Spark sends it alone, a few dozen bytes).
                        (execution_.has_operation() && response_.header.length <= small_response_bytes);
     }
-    if (finished_) return up_->consume(up_stream_, s.size());
+    if (finished()) return up_->consume(up_stream_, s.size());
     if (hold_response_) {
       hold(response_, std::move(s), *up_, up_stream_);
     } else {
@@ -466,7 +487,7 @@ class forward_call final : public h2::server_stream,
   /// answer, and the status that came after it, go on to the client.
   void on_clone_bound() {
     clone_pending_ = false;
-    if (finished_ && !pending_status_) return;
+    if (finished() && !pending_status_) return;
     pass_held_response(std::move(clone_answer_));
     clone_answer_ = held_message{};
     if (pending_status_) {
@@ -520,7 +541,7 @@ class forward_call final : public h2::server_stream,
   /// Reads the first message's routing fields (when there is one) and finds
   /// its backend.
   void route(bool has_message) {
-    routing_ = true;
+    phase_ = phase::routing;
     if (has_message) {
       scan_result scan;
       if (first_.header.compressed) {
@@ -597,7 +618,7 @@ class forward_call final : public h2::server_stream,
 
   /// The router's answer for a new or rebound session.
   void on_route(const actors::route_result& r) {
-    if (finished_) return;
+    if (finished()) return;
     if (!r.backend) return finish_local(r.refusal, r.error, std::chrono::milliseconds(r.retry_after_ms));
     log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
                fx_.backends[*r.backend]->name);
@@ -618,9 +639,9 @@ class forward_call final : public h2::server_stream,
   // --- the backend stream ------------------------------------------------------------
 
   void start_upstream(backend_index b) {
-    if (finished_) return;
+    if (finished()) return;
     if (fx_.backends.empty()) return finish_local(reason::no_backend, "scg: no backends are configured");
-    routed_ = true;
+    phase_ = phase::connecting;
     backend_index_ = b;
     backend_ = fx_.backends[b];
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
@@ -675,7 +696,7 @@ class forward_call final : public h2::server_stream,
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
     if (!is_unary(rpc_) || !has_first_message_) {
-      streaming_ = true;
+      counted_stream_ = true;
       core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
     }
     log_.debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
@@ -804,7 +825,7 @@ class forward_call final : public h2::server_stream,
     timer_->expires_at(*deadline_);
     timer_->async_wait([weak = weak_from_this()](const asio::error_code& ec) {
       auto self = weak.lock();
-      if (ec || !self || self->finished_) return;
+      if (ec || !self || self->finished()) return;
       if (self->execution_limit_ && std::chrono::steady_clock::now() >= *self->execution_limit_) {
         self->kill_execution();
       } else {
@@ -849,11 +870,20 @@ class forward_call final : public h2::server_stream,
 
   // --- finishing -----------------------------------------------------------------------
 
+  bool finished() const { return phase_ == phase::finished; }
+
+  /// The call's status is `code`: the one way into phase::finished.
+  void conclude(int code) {
+    phase_ = phase::finished;
+    final_code_ = code;
+  }
+
   /// The backend's status ends the call; scg replaces it only to say what
   /// scg did (an execution it cut, a stream message it refused).
   void finish_with_backend_status(h2::header_list& status, bool trailers_only) {
     if (clone_pending_ && !trailers_only) {  // after the held answer (on_clone_bound)
       pending_status_ = std::move(status);
+      phase_ = phase::finishing;
       return;
     }
     const h2::header* grpc_status = nullptr;
@@ -871,8 +901,7 @@ class forward_call final : public h2::server_stream,
     if (code == 0) learn_from_success();
     log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_), backend_->name,
                core::status_code_name(code));
-    finished_ = true;
-    final_code_ = code;
+    conclude(code);
     if (trailers_only) {
       down_->submit_response(down_stream_, status, nullptr);
       to_client_.drop();
@@ -891,7 +920,7 @@ class forward_call final : public h2::server_stream,
   /// trailers-only answer; the backend stream, if any, is cancelled.
   void finish_local(reason why, const std::string& message, std::chrono::milliseconds retry_after = {},
                     bool keep_queued = false) {
-    if (finished_) return;
+    if (finished()) return;
     const auto& row = core::reply_of(why);
     int code = row.code;
     std::string details;
@@ -902,8 +931,7 @@ class forward_call final : public h2::server_stream,
     }
     core::count_local_reply(why);
     log_reply(row, code, message);
-    finished_ = true;
-    final_code_ = code;
+    conclude(code);
     cancel_backend();
     to_backend_.drop();
     if (!keep_queued) to_client_.drop();
@@ -979,10 +1007,12 @@ class forward_call final : public h2::server_stream,
   h2::header_list response_headers_, backend_trailers_;
 
   // progress
-  bool routing_ = false, routed_ = false, has_first_message_ = false, request_ended_ = false;
-  bool response_started_ = false, got_headers_ = false, finished_ = false;
-  bool down_closed_ = false, up_closed_ = false;
-  bool streaming_ = false;  // counted in active streams
+  phase phase_ = phase::receiving;
+  bool has_first_message_ = false;  // route() had a message to read (not only the request's end)
+  bool request_ended_ = false;      // the client half-closed its stream (END_STREAM)
+  bool response_started_ = false;   // the client has its response headers: what scg adds is trailers
+  bool down_closed_ = false, up_closed_ = false;  // the client's stream, the backend's, closed
+  bool counted_stream_ = false;     // counted in active streams
   std::optional<std::chrono::steady_clock::time_point> deadline_, execution_limit_;
   std::unique_ptr<asio::steady_timer> timer_;
 
