@@ -6,17 +6,18 @@
 //      (auth/authenticator.hpp), its method named, its grpc-timeout read;
 //   2. the first request message is gathered and its routing fields scanned
 //      (net/wire.hpp) — plans are never parsed; the verified user replaces
-//      user_context.user_id; rate limits and the tenant's bulkheads apply;
-//   3. the backend is found: operation index first for Reattach/Release/
-//      Interrupt, then the session table; a brand-new session asks the
-//      router actor (which, in a cluster, asks the key's owner replica) and
-//      is answered through a callback posted back to the worker (no thread
-//      blocks); a session whose backend is lost is rebound or refused
-//      (on_backend_lost);
+//      user_context.user_id; rate limits and the tenant's bulkheads apply
+//      (net/admission.hpp);
+//   3. the backend is found (net/choose_backend.hpp decides, route() acts):
+//      operation index first for Reattach/Release/Interrupt, then the
+//      session table; a brand-new session asks the router actor (which, in a
+//      cluster, asks the key's owner replica) and is answered through a
+//      callback posted back to the worker (no thread blocks); a session
+//      whose backend is lost is rebound or refused (on_backend_lost);
 //   4. a stream opens on the worker's connection to that backend with the
 //      client's metadata (its authorization replaced by scg's backend token),
 //      the remaining grpc-timeout and an x-request-id (with `tracing:`, a
-//      traceparent naming scg's span: core/tracing.hpp);
+//      traceparent naming scg's span: net/call_span.hpp);
 //   5. bytes flow both ways as they arrive, unparsed and uncopied (net/h2/
 //      bytes.hpp); a stream's HTTP/2 window is given back only once its bytes
 //      were framed on the other side, so a slow reader slows its own
@@ -26,8 +27,11 @@
 //   7. the backend's headers, trailers and status (with details) go back to
 //      the client unchanged (a Config response has the backend's own token
 //      redacted, a grpc-status that is not one made INTERNAL); an execution
-//      past its tenant's max_execution_secs is interrupted on the backend.
+//      past its tenant's max_execution_secs is interrupted on the backend
+//      (net/interrupter.hpp).
 //
+// How far a call has come through these steps is its phase (enum phase, above
+// forward_call).
 // Whatever scg answers itself (a refusal, a limit, a backend it cannot
 // reach) goes through finish_local(reason, message): one row of
 // core/local_reply.hpp says its status, counters and log line.
