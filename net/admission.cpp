@@ -1,4 +1,5 @@
-// Rate limits and the executions bulkhead for one call (net/admission.hpp).
+// Rate limits and the executions bulkhead for one call (net/admission.hpp):
+// what admits it, and what its execution slot becomes when it ends.
 #include "net/admission.hpp"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // The interrupt client (net/interrupter.hpp): one asynchronous unary call on
-// grpc's generic stub, which owns its state until the answer comes.
+// the backend's generic stub; its state is freed when the answer comes.
 #include "net/interrupter.hpp"
 
 #include <grpcpp/generic/generic_stub.h>
