@@ -6,17 +6,18 @@
 //      (auth/authenticator.hpp), its method named, its grpc-timeout read;
 //   2. the first request message is gathered and its routing fields scanned
 //      (net/wire.hpp) — plans are never parsed; the verified user replaces
-//      user_context.user_id; rate limits and the tenant's bulkheads apply;
-//   3. the backend is found: operation index first for Reattach/Release/
-//      Interrupt, then the session table; a brand-new session asks the
-//      router actor (which, in a cluster, asks the key's owner replica) and
-//      is answered through a callback posted back to the worker (no thread
-//      blocks); a session whose backend is lost is rebound or refused
-//      (on_backend_lost);
+//      user_context.user_id; rate limits and the tenant's bulkheads apply
+//      (net/admission.hpp);
+//   3. the backend is found (net/choose_backend.hpp decides, route() acts):
+//      operation index first for Reattach/Release/Interrupt, then the
+//      session table; a brand-new session asks the router actor (which, in a
+//      cluster, asks the key's owner replica) and is answered through a
+//      callback posted back to the worker (no thread blocks); a session
+//      whose backend is lost is rebound or refused (on_backend_lost);
 //   4. a stream opens on the worker's connection to that backend with the
 //      client's metadata (its authorization replaced by scg's backend token),
 //      the remaining grpc-timeout and an x-request-id (with `tracing:`, a
-//      traceparent naming scg's span: core/tracing.hpp);
+//      traceparent naming scg's span: net/call_span.hpp);
 //   5. bytes flow both ways as they arrive, unparsed and uncopied (net/h2/
 //      bytes.hpp); a stream's HTTP/2 window is given back only once its bytes
 //      were framed on the other side, so a slow reader slows its own
@@ -26,35 +27,36 @@
 //   7. the backend's headers, trailers and status (with details) go back to
 //      the client unchanged (a Config response has the backend's own token
 //      redacted, a grpc-status that is not one made INTERNAL); an execution
-//      past its tenant's max_execution_secs is interrupted on the backend.
+//      past its tenant's max_execution_secs is interrupted on the backend
+//      (net/interrupter.hpp).
 //
+// How far a call has come through these steps is its phase (enum phase, above
+// forward_call).
 // Whatever scg answers itself (a refusal, a limit, a backend it cannot
 // reach) goes through finish_local(reason, message): one row of
 // core/local_reply.hpp says its status, counters and log line.
 #include "net/forwarder.hpp"
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string_view>
 
 #include "auth/authenticator.hpp"
-#include "core/protowire.hpp"
-#include "auth/rate_limit.hpp"
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
 #include "core/ids.hpp"
 #include "core/local_reply.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
-#include "net/span_exporter.hpp"
+#include "net/admission.hpp"
+#include "net/call_span.hpp"
+#include "net/choose_backend.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/grpc_frames.hpp"
 #include "net/h2/worker.hpp"
+#include "net/interrupter.hpp"
 #include "net/wire.hpp"
 
 namespace scg::net {
@@ -87,64 +89,6 @@ spdlog::logger& forward_log() {
 /// Execution responses up to this size are read whole (for result_complete).
 constexpr std::uint32_t small_response_bytes = 512;
 
-/// ExecutePlanRequest.request_options (5) holds a RequestOption whose
-/// reattach_options (1) say reattachable (1 = true). A server ends a
-/// non-reattachable execution's one stream without result_complete.
-bool asks_reattachable(std::string_view body) {
-  namespace pw = core::protowire;
-  pw::field f, g, h;
-  while (!body.empty() && pw::next(body, f)) {
-    if (f.number != 5 || f.type != 2) continue;
-    for (auto option = f.payload; !option.empty() && pw::next(option, g);) {
-      if (g.number != 1 || g.type != 2) continue;
-      for (auto reattach = g.payload; !reattach.empty() && pw::next(reattach, h);)
-        if (h.number == 1 && h.type == 0) return h.varint != 0;
-    }
-  }
-  return false;
-}
-
-/// Executions: the streams a tenant's bulkhead counts and times.
-bool is_execution(rpc r) { return r == rpc::execute_plan || r == rpc::reattach_execute; }
-
-/// RPCs routed by operation id before session id.
-bool follows_operation(rpc r, const request_fields& f) {
-  if (f.operation_id.empty()) return false;
-  return r == rpc::reattach_execute || r == rpc::release_execute ||
-         (r == rpc::interrupt && f.interrupt_type == 3);
-}
-
-/// Tells `backend` to interrupt operation `op_id` (InterruptRequest with
-/// interrupt_type OPERATION_ID), fire and forget: the answer is only logged.
-void send_interrupt(actors::backend_state& backend, const std::string& session, const std::string& user,
-                    const std::string& op_id, const std::string& token, const std::string& request_id) {
-  namespace pw = core::protowire;
-  struct call {
-    grpc::ClientContext ctx;
-    grpc::ByteBuffer request, response;
-  };
-  std::string user_context, body;
-  pw::put_bytes(user_context, 1, user);
-  pw::put_bytes(body, 1, session);
-  pw::put_bytes(body, 2, user_context);
-  pw::put_uint(body, 4, 3);  // INTERRUPT_TYPE_OPERATION_ID
-  pw::put_bytes(body, 6, op_id);
-  auto* c = new call;
-  grpc::Slice slice(body);
-  c->request = grpc::ByteBuffer(&slice, 1);
-  c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  c->ctx.AddMetadata("x-request-id", request_id);
-  if (!token.empty()) c->ctx.AddMetadata("authorization", "Bearer " + token);
-  backend.stub->UnaryCall(&c->ctx, std::string(service_prefix) + "Interrupt", grpc::StubOptions(), &c->request,
-                          &c->response, [c, op_id, name = backend.name](grpc::Status s) {
-                            if (!s.ok())
-                              forward_log().warn("interrupt_failed backend={} operation_id={} code={} reason=\"{}\"",
-                                                 name, op_id, core::status_code_name(s.error_code()),
-                                                 s.error_message());
-                            delete c;
-                          });
-}
-
 /// One whole gRPC message as it arrived: its prefix and body, in slices.
 struct held_message {
   h2::slice_queue bytes;
@@ -169,6 +113,28 @@ struct held_message {
     return out;
   }
 };
+
+// Where a call is in its life. It only moves forward, each step made in one place:
+//
+//   receiving ──> routing ──> connecting ──> streaming ──> finishing
+//       │            │            │              │             │
+//       └────────────┴────────────┴──────┬───────┴─────────────┘
+//                                        v
+//                                     finished
+//
+//   receiving   headers read; the first message (or the request's end) awaited
+//   routing     route(): read, admitted, its backend chosen or the router asked
+//   connecting  start_upstream(): the backend stream is submitted; nothing came back yet
+//   streaming   on_response_headers_done(): the backend answered; messages flow
+//   finishing   finish_with_backend_status(): the backend's status waits behind
+//               CloneSession's held answer for the clone's binding (on_clone_bound)
+//   finished    conclude(): the status is decided (scg's, the backend's, or the
+//               client cancelled); bytes that still come are dropped
+//
+// Orthogonal to it: each direction's end (request_ended_, down_closed_,
+// up_closed_), the client's response headers being out (response_started_:
+// their submit can fail), and what each direction holds of its current message.
+enum class phase : std::uint8_t { receiving, routing, connecting, streaming, finishing, finished };
 
 class forward_call final : public h2::server_stream,
                            public h2::client_stream,
@@ -195,9 +161,8 @@ class forward_call final : public h2::server_stream,
     to_backend_.drop();
     if (!request_prefix_.empty()) down_->consume(down_stream_, request_prefix_.bytes());
     if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
-    if (holds_execution_slot_) fx_.executions.give_back(identity_.tenant);
-    if (!execution_op_.empty()) settle_operation();
-    if (final_code_ != 0 && final_code_ != static_cast<int>(grpc::StatusCode::CANCELLED))
+    execution_.settle(fx_, identity_.tenant, final_code_);
+    if (final_code_ != 0 && final_code_ != core::grpc_code::cancelled)
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                 {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
                                 {"backend", backend_ ? std::string_view(backend_->name) : std::string_view()},
@@ -208,9 +173,10 @@ class forward_call final : public h2::server_stream,
                                              std::chrono::steady_clock::now() - started_)
                                              .count()));
     core::global_metrics().forward_active_calls.fetch_sub(1, std::memory_order_relaxed);
-    if (streaming_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
+    if (counted_stream_) core::global_metrics().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
     if (backend_ && up_stream_ > 0) backend_->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    if (fx_.tracer && trace_) end_span();
+    if (fx_.tracer && span_.started())
+      span_.end(*fx_.tracer, method_, backend_ ? &backend_->name : nullptr, identity_.tenant, request_id_, final_code_);
     w_.calls.fetch_sub(1, std::memory_order_relaxed);
   }
 
@@ -231,7 +197,7 @@ class forward_call final : public h2::server_stream,
     rpc_ = rpc_from_path(method_);
     auto rid = find_header("x-request-id");
     request_id_ = rid ? std::string(*rid) : core::new_request_id();
-    if (fx_.tracer) start_span();
+    if (fx_.tracer) span_.start(find_header("traceparent"));
     if (header_limit_hit_ > 0)
       return finish_local(reason::headers_too_large, "scg: the request's header block is larger than " +
                                                          std::to_string(header_limit_hit_ >> 10) +
@@ -250,7 +216,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_request_data(slice s) override {
-    if (finished_) {  // answered already: what still comes is dropped
+    if (finished()) {  // answered already: what still comes is dropped
       down_->consume(down_stream_, s.size());
       return;
     }
@@ -261,8 +227,8 @@ class forward_call final : public h2::server_stream,
 
   void on_request_end() override {
     request_ended_ = true;
-    if (finished_) return;
-    if (!routed_ && !routing_) return route(false);
+    if (finished()) return;
+    if (phase_ == phase::receiving) return route(false);
     if (up_stream_ > 0) {
       to_backend_.ended = true;
       up_->resume(up_stream_);
@@ -272,9 +238,8 @@ class forward_call final : public h2::server_stream,
   void on_server_stream_closed(std::uint32_t error_code) override {
     down_closed_ = true;
     to_client_.drop();
-    if (!finished_) {  // the client went away or cancelled before its answer
-      finished_ = true;
-      final_code_ = static_cast<int>(grpc::StatusCode::CANCELLED);
+    if (!finished()) {  // the client went away or cancelled before its answer
+      conclude(core::grpc_code::cancelled);
       log_.debug("cancelled request_id={} rpc={} http2_error={}", request_id_, rpc_name(rpc_), error_code);
     }
     cancel_backend();
@@ -298,7 +263,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void shed(const std::string& why) override {
-    if (finished_) return;
+    if (finished()) return;
     finish_local(reason::buffer_shed, why);
   }
 
@@ -306,7 +271,7 @@ class forward_call final : public h2::server_stream,
   /// message holds a call: it ends after limits.first_message_secs.
   void tick(h2::steady_time now) override {
     const auto limit = w_.tune().first_message_timeout;
-    if (finished_ || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
+    if (finished() || request_ended_ || request_split_.messages() > 0 || limit.count() <= 0 || now - started_ < limit)
       return;
     finish_local(reason::first_message_timeout,
                  "scg: the request's first message did not arrive within " + std::to_string(limit.count() / 1000) +
@@ -321,8 +286,8 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_response_headers_done(bool trailer, bool end_stream) override {
-    got_headers_ = true;
-    if (finished_) return;
+    if (finished()) return;
+    if (phase_ == phase::connecting) phase_ = phase::streaming;  // the backend answered
     if (!trailer && !end_stream) {
       // A stream shows the backend's headers at once (a long query shows
       // them before its first result).
@@ -335,7 +300,7 @@ class forward_call final : public h2::server_stream,
   }
 
   void on_response_data(slice s) override {
-    if (finished_) {
+    if (finished()) {
       up_->consume(up_stream_, s.size());
       return;
     }
@@ -347,8 +312,8 @@ class forward_call final : public h2::server_stream,
   void on_client_stream_closed(std::uint32_t error_code, const std::string& why) override {
     up_closed_ = true;
     to_backend_.drop();
-    if (finished_ || pending_status_) return;  // pending: on_clone_bound finishes
-    if (!got_headers_) {
+    if (phase_ >= phase::finishing) return;  // finishing: on_clone_bound finishes
+    if (phase_ < phase::streaming) {
       // Nothing came from the backend: the gateway could not reach it.
       backend_->unavailable_total.fetch_add(1, std::memory_order_relaxed);
       const std::string cause = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
@@ -395,9 +360,9 @@ class forward_call final : public h2::server_stream,
   void request_bytes(slice s) {
     if (!in_request_) {
       in_request_ = true;
-      hold_request_ = !routed_ || rewrite_users_;
+      hold_request_ = phase_ < phase::connecting || rewrite_users_;
     }
-    if (finished_) return down_->consume(down_stream_, s.size());
+    if (finished()) return down_->consume(down_stream_, s.size());
     if (hold_request_) {
       hold(request_, std::move(s), *down_, down_stream_);
     } else {
@@ -429,10 +394,10 @@ class forward_call final : public h2::server_stream,
 
   void request_message_end() {
     in_request_ = false;
-    if (!hold_request_ || finished_) return;
+    if (!hold_request_ || finished()) return;
     held_message msg = std::move(request_);
     request_ = held_message{};
-    if (!routed_ && !routing_) {
+    if (phase_ == phase::receiving) {
       first_ = std::move(msg);
       return route(true);
     }
@@ -472,9 +437,9 @@ class forward_call final : public h2::server_stream,
                         (rpc_ == rpc::config || rpc_ == rpc::execute_plan || rpc_ == rpc::clone_session)) ||
                        // Small execution responses are read to see the result complete
                        // (Spark sends it alone, a few dozen bytes).
-                       (!execution_op_.empty() && response_.header.length <= small_response_bytes);
+                       (execution_.has_operation() && response_.header.length <= small_response_bytes);
     }
-    if (finished_) return up_->consume(up_stream_, s.size());
+    if (finished()) return up_->consume(up_stream_, s.size());
     if (hold_response_) {
       hold(response_, std::move(s), *up_, up_stream_);
     } else {
@@ -507,7 +472,7 @@ class forward_call final : public h2::server_stream,
     held_message msg = std::move(response_);
     response_ = held_message{};
     learn_from_first_response(msg);
-    if (!execution_op_.empty() && !result_complete_) note_result_complete(msg);
+    if (execution_.has_operation() && !execution_.result_complete()) note_result_complete(msg);
     if (rpc_ == rpc::config) redact_config(msg);
     if (clone_pending_) {
       clone_answer_ = std::move(msg);
@@ -525,7 +490,7 @@ class forward_call final : public h2::server_stream,
   /// answer, and the status that came after it, go on to the client.
   void on_clone_bound() {
     clone_pending_ = false;
-    if (finished_ && !pending_status_) return;
+    if (finished() && !pending_status_) return;
     pass_held_response(std::move(clone_answer_));
     clone_answer_ = held_message{};
     if (pending_status_) {
@@ -555,10 +520,31 @@ class forward_call final : public h2::server_stream,
 
   // --- routing ---------------------------------------------------------------------
 
+  /// choose_backend's view of the session table: it refreshes what it finds,
+  /// and a backend down for on_backend_lost.after_secs is lost.
+  struct table_lookup final : route_lookup {
+    forward_context& fx;
+    const std::string& op_id;
+    const std::string& key;
+    const actors::clock_ms now;
+    table_lookup(forward_context& f, const std::string& o, const std::string& k, actors::clock_ms n)
+        : fx(f), op_id(o), key(k), now(n) {}
+    std::optional<binding> operation() override {
+      auto op = fx.table->find_op(op_id, now);
+      if (!op) return std::nullopt;
+      return binding{op->backend, actors::lost(*fx.backends[op->backend], now, fx.lost_after_ms)};
+    }
+    std::optional<binding> session() override {
+      auto b = fx.table->find_session(key, now);
+      if (!b) return std::nullopt;
+      return binding{*b, actors::lost(*fx.backends[*b], now, fx.lost_after_ms)};
+    }
+  };
+
   /// Reads the first message's routing fields (when there is one) and finds
   /// its backend.
   void route(bool has_message) {
-    routing_ = true;
+    phase_ = phase::routing;
     if (has_message) {
       scan_result scan;
       if (first_.header.compressed) {
@@ -598,35 +584,22 @@ class forward_call final : public h2::server_stream,
                           std::string("request is not a valid ") + std::string(rpc_name(rpc_)) + " message");
     }
     has_first_message_ = has_message;
-    if (!admit()) return;
+    if (auto no = execution_.admit(fx_, rpc_, fields_, identity_.tenant, request_id_,
+                                   [this] { return first_asks_reattachable(); }))
+      return finish_local(no->reason, no->message, no->retry_after);
     key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
-    const auto now = actors::now_ms();
-    if (follows_operation(rpc_, fields_)) {
-      // An operation on a lost backend died with it: route by session, and
-      // the new server answers OPERATION_NOT_FOUND, so the client re-runs it.
-      if (auto op = fx_.table->find_op(fields_.operation_id, now);
-          op && !actors::lost(*fx_.backends[op->backend], now, fx_.lost_after_ms))
-        return start_upstream(op->backend);
+    table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
+    const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table);
+    switch (d.action) {
+      case route_action::use: return start_upstream(d.backend);
+      case route_action::any: return start_upstream(any_backend());
+      case route_action::resolve: return fx_.router->resolve(key_, answer_on_worker());
+      case route_action::resolve_held:
+        return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
+                                        answer_on_worker());
+      case route_action::rebind: return fx_.router->rebind(key_, answer_on_worker());
+      case route_action::refuse: return refuse_route(d);
     }
-    if (fields_.session_id.empty() || fx_.backends.empty()) {
-      // Nothing to keep affinity for (no message, or an rpc without a
-      // session): spread over reachable backends; the backend answers.
-      return start_upstream(any_backend());
-    }
-    if (auto b = fx_.table->find_session(key_, now)) {
-      if (!actors::lost(*fx_.backends[*b], now, fx_.lost_after_ms)) return start_upstream(*b);
-      return on_lost_backend(*b);
-    }
-    // A client that has seen its server-side session had one somewhere, and
-    // the RPCs that never create a session only make sense where it lives
-    // (PySpark sends ReleaseExecute without the observed id): a server may
-    // still hold it (scg forgot the binding, or restarted).
-    const bool needs_existing = rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute ||
-                                rpc_ == rpc::release_session;
-    if (!fields_.observed_server_session.empty() || needs_existing)
-      return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
-                                      answer_on_worker());
-    fx_.router->resolve(key_, answer_on_worker());
   }
 
   /// A router callback that continues this call on its worker.
@@ -637,22 +610,18 @@ class forward_call final : public h2::server_stream,
     };
   }
 
-  /// The session's backend has been down for on_backend_lost.after_secs:
-  /// move the session (the new server tells 4.0+ clients SESSION_CHANGED,
-  /// as Spark does) or refuse with a status that names the backend.
-  void on_lost_backend(backend_index b) {
-    const auto& lost = *fx_.backends[b];
-    if (!fx_.rebind_lost) {
-      return finish_local(reason::backend_lost,
-                          "scg: the session's backend " + lost.name + " (" + lost.address +
-                              ") was lost; start a new session (on_backend_lost.action: fail)");
-    }
-    fx_.router->rebind(key_, answer_on_worker());
+  /// choose_backend refused: no backend at all, or the session's is lost
+  /// (on_backend_lost.action: fail) and the status names it.
+  void refuse_route(const route_decision& d) {
+    if (d.refusal != reason::backend_lost) return finish_local(d.refusal, "scg: no backends are configured");
+    const auto& lost = *fx_.backends[d.backend];
+    finish_local(reason::backend_lost, "scg: the session's backend " + lost.name + " (" + lost.address +
+                                           ") was lost; start a new session (on_backend_lost.action: fail)");
   }
 
   /// The router's answer for a new or rebound session.
   void on_route(const actors::route_result& r) {
-    if (finished_) return;
+    if (finished()) return;
     if (!r.backend) return finish_local(r.refusal, r.error, std::chrono::milliseconds(r.retry_after_ms));
     log_.debug("session_bound request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_),
                fx_.backends[*r.backend]->name);
@@ -673,16 +642,16 @@ class forward_call final : public h2::server_stream,
   // --- the backend stream ------------------------------------------------------------
 
   void start_upstream(backend_index b) {
-    if (finished_) return;
+    if (finished()) return;
     if (fx_.backends.empty()) return finish_local(reason::no_backend, "scg: no backends are configured");
-    routed_ = true;
+    phase_ = phase::connecting;
     backend_index_ = b;
     backend_ = fx_.backends[b];
     if (rpc_ == rpc::execute_plan && !fields_.operation_id.empty()) learn_operation(fields_.operation_id);
 
     // The backend's headers refer to the call's strings and these locals:
     // nghttp2 copies them when the stream is submitted, below.
-    const std::string traceparent = trace_ ? core::format_traceparent(*trace_) : std::string();
+    const std::string traceparent = span_.started() ? core::format_traceparent(span_.trace()) : std::string();
     const auto& token = fx_.backend_tokens.for_tenant(identity_.tenant);
     const std::string authorization = token.empty() ? std::string() : "Bearer " + token;
     std::vector<h2::header_ref> headers;
@@ -694,16 +663,17 @@ class forward_call final : public h2::server_stream,
     headers.push_back({"te", "trailers"});
     headers.push_back({"content-type", content_type_});
     for (const auto& h : metadata_)
-      if (!not_forwarded(h.name) && !(trace_ && h.name == "traceparent")) headers.push_back({h.name, h.value});
+      if (!not_forwarded(h.name) && !(span_.started() && h.name == "traceparent")) headers.push_back({h.name, h.value});
     headers.push_back({"x-request-id", request_id_});
-    if (trace_) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
+    if (span_.started()) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
     if (!authorization.empty()) headers.push_back({"authorization", authorization});
     auto deadline = deadline_;
     if (is_execution(rpc_)) {
       // An execution longer than its tenant may run is cut here, then interrupted.
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
         // Counted from the operation's start (a reattach continues it).
-        const auto since_start = std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_started_ms_));
+        const auto since_start =
+            std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_.started_ms()));
         const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs) - since_start;
         if (!deadline || limit < *deadline) {
           execution_limit_ = limit;
@@ -729,7 +699,7 @@ class forward_call final : public h2::server_stream,
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
     if (!is_unary(rpc_) || !has_first_message_) {
-      streaming_ = true;
+      counted_stream_ = true;
       core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
     }
     log_.debug("forward request_id={} rpc={} backend={}", request_id_, rpc_name(rpc_), backend_->name);
@@ -751,9 +721,9 @@ class forward_call final : public h2::server_stream,
 
   void learn_operation(const std::string& op_id) {
     operation_id_ = op_id;
-    adopt_execution(op_id);
+    execution_.adopt(fx_, rpc_, op_id, identity_.tenant);
     // Its start goes with it to every replica (max_execution_secs counts from it).
-    const auto started = execution_started_ms_ > 0 ? actors::wall_of(execution_started_ms_) : 0;
+    const auto started = execution_.started_ms() > 0 ? actors::wall_of(execution_.started_ms()) : 0;
     fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms(), started);
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
@@ -764,13 +734,13 @@ class forward_call final : public h2::server_stream,
     if (msg.header.length > small_response_bytes) return;
     response_fields f;
     if (!msg.header.compressed) {
-      result_complete_ = scan_response(rpc_, msg.body(), f) && f.result_complete;
+      execution_.set_result_complete(scan_response(rpc_, msg.body(), f) && f.result_complete);
       return;
     }
     auto body = readable_body(msg, response_encoding_);
-    result_complete_ = body &&
-                       scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f) &&
-                       f.result_complete;
+    execution_.set_result_complete(
+        body && scan_response(rpc_, {{reinterpret_cast<const std::uint8_t*>(body->data()), body->size()}}, f) &&
+        f.result_complete);
   }
 
   void learn_from_first_response(const held_message& msg) {
@@ -843,104 +813,12 @@ class forward_call final : public h2::server_stream,
     return true;
   }
 
-  /// Rate limits and the executions bulkhead; false when the call was
-  /// refused. A query allowed to run keeps its slot across every reattach.
-  /// ReattachExecute and ReleaseExecute start no work and are never rate
-  /// limited: PySpark 4.1+ answers a refused ExecutePlan with a Reattach
-  /// before it sends the ExecutePlan again, and a limit that took its token
-  /// for that Reattach would refuse the ExecutePlan forever (measured:
-  /// tests/realspark `retries`).
-  bool admit() {
-    const bool starts_no_work =
-        (rpc_ == rpc::reattach_execute || rpc_ == rpc::release_execute) && !fields_.operation_id.empty();
-    // The continuation of an operation scg has routed: a call that was admitted.
-    const bool continuation = starts_no_work && fx_.table->has_op(fields_.operation_id);
-    if (fx_.limiter && fx_.limiter->enabled() && !starts_no_work) {
-      auto a = fx_.limiter->try_acquire(identity_.tenant, fields_.user_id);
-      if (!a.allowed) {
-        core::audit("rate_limited", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
-                                     {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
-                                     {"request_id", request_id_}});
-        finish_local(reason::rate_limited,
-                     "scg: rate limit of tenant " + identity_.tenant + " reached (rate_limits); retry after " +
-                         std::to_string(a.retry_after.count()) + " ms",
-                     a.retry_after);
-        return false;
-      }
-    }
-    if (!is_execution(rpc_)) return true;
-    sweep_executions();
-    const auto cap = fx_.limits.for_tenant(identity_.tenant).max_executions;
-    // Each replica holds its share of the cluster-wide cap, at least one.
-    const int mine = cap > 0 ? std::max(1, static_cast<int>(std::ceil(cap * fx_.share.load()))) : 0;
-    if (rpc_ == rpc::reattach_execute && !fields_.operation_id.empty()) {
-      const auto now = actors::now_ms();
-      auto a = fx_.executions.attach(fields_.operation_id);
-      if (!a && continuation) {
-        // First seen here (a failover, a restart): its clock runs from its start, when a replica said.
-        const auto op = fx_.table->find_op(fields_.operation_id, now);
-        const auto started = op && op->started_wall_ms > 0 ? std::min(now, actors::steady_of(op->started_wall_ms)) : now;
-        a = fx_.executions.attach_unknown(fields_.operation_id, identity_.tenant, mine, started);
-      }
-      if (a) {
-        if (a->killed) {
-          finish_local(reason::reattach_of_killed, killed_message(fields_.operation_id));
-          return false;
-        }
-        execution_op_ = fields_.operation_id;
-        execution_started_ms_ = a->started;
-        return true;
-      }
-    }
-    if (!fx_.executions.try_take(identity_.tenant, mine)) {
-      core::audit("execution.refused", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
-                                        {"session", fields_.session_id}, {"request_id", request_id_}});
-      finish_local(reason::executions_full,
-                   "scg: tenant " + identity_.tenant + " runs " + std::to_string(mine) +
-                       " executions through this replica, its share of limits.max_executions (" +
-                       std::to_string(cap) + "); retry later",
-                   std::chrono::seconds(1));
-      return false;
-    }
-    holds_execution_slot_ = true;
-    execution_started_ms_ = actors::now_ms();
-    // Only a reattachable execution outlives its stream (spark-connect-go asks for none).
-    if (rpc_ == rpc::execute_plan && has_first_message_ && (cap > 0 || fx_.limits.for_tenant(identity_.tenant).max_execution_secs > 0)) {
-      auto body = readable_body(first_, request_encoding_);
-      reattachable_ = body && asks_reattachable(*body);
-    }
-    return true;
-  }
-
-  /// Forgets operations detached longer than Spark keeps them (at most once a second).
-  void sweep_executions() {
-    const auto now = actors::now_ms();
-    auto last = fx_.executions_swept_ms.load(std::memory_order_relaxed);
-    if (now - last < 1000 || !fx_.executions_swept_ms.compare_exchange_strong(last, now)) return;
-    fx_.executions.expire(now, fx_.detached_ttl_ms);
-  }
-
-  /// The ExecutePlan's operation id is known: its slot and start move to the operation.
-  void adopt_execution(const std::string& op) {
-    if (!holds_execution_slot_ || rpc_ != rpc::execute_plan) return;
-    holds_execution_slot_ = false;
-    execution_op_ = op;
-    fx_.executions.adopt(op, identity_.tenant, execution_started_ms_);
-  }
-
-  /// This stream of the operation ends: the operation ends with it when its
-  /// result was complete or it failed; else (a cut stream, a client gone) it
-  /// waits for a reattach.
-  void settle_operation() {
-    if (execution_killed_) return;  // kill() settled it
-    const auto code = static_cast<grpc::StatusCode>(final_code_);
-    const bool goes_on = reattachable_ && !result_complete_ && (code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
-                                               code == grpc::StatusCode::UNAVAILABLE ||
-                                               code == grpc::StatusCode::DEADLINE_EXCEEDED);
-    if (goes_on)
-      fx_.executions.detach(execution_op_, actors::now_ms());
-    else
-      fx_.executions.finish(execution_op_);
+  /// The first message (an ExecutePlan) asks for a reattachable execution;
+  /// true without a message.
+  bool first_asks_reattachable() {
+    if (!has_first_message_) return true;
+    auto body = readable_body(first_, request_encoding_);
+    return body && asks_reattachable(*body);
   }
 
   /// The deadline or the execution limit came (whichever is first).
@@ -950,7 +828,7 @@ class forward_call final : public h2::server_stream,
     timer_->expires_at(*deadline_);
     timer_->async_wait([weak = weak_from_this()](const asio::error_code& ec) {
       auto self = weak.lock();
-      if (ec || !self || self->finished_) return;
+      if (ec || !self || self->finished()) return;
       if (self->execution_limit_ && std::chrono::steady_clock::now() >= *self->execution_limit_) {
         self->kill_execution();
       } else {
@@ -958,13 +836,6 @@ class forward_call final : public h2::server_stream,
       }
       self->w_.flush_dirty();
     });
-  }
-
-  std::string killed_message(const std::string& op) const {
-    const auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs;
-    return "scg: the execution ran longer than tenant " + identity_.tenant +
-           " may (limits.max_execution_secs = " + std::to_string(secs) + ", counted from its start across "
-           "reattaches); operation " + (op.empty() ? std::string("(id unknown)") : op) + " was interrupted";
   }
 
   /// The execution outlived max_execution_secs: the backend is told to stop
@@ -975,14 +846,11 @@ class forward_call final : public h2::server_stream,
     if (!op.empty())
       send_interrupt(*backend_, fields_.session_id, spark_user_, op, fx_.backend_tokens.for_tenant(identity_.tenant),
                      request_id_);
-    if (!execution_op_.empty()) {
-      fx_.executions.kill(execution_op_, actors::now_ms());
-      execution_killed_ = true;
-    }
+    execution_.kill(fx_);
     core::audit("execution.killed", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                      {"session", fields_.session_id}, {"operation", op},
                                      {"backend", backend_->name}, {"request_id", request_id_}});
-    finish_local(reason::execution_too_long, killed_message(op));
+    finish_local(reason::execution_too_long, killed_message(fx_, identity_.tenant, op));
   }
 
   /// Hides the backend's token when a server echoes it in Config (it does
@@ -1003,51 +871,22 @@ class forward_call final : public h2::server_stream,
     core::bump(core::global_metrics().config_redactions_total);
   }
 
-  // --- tracing (only with a `tracing:` block) ------------------------------------------
-
-  /// Continues the client's trace (its traceparent) or starts one; this
-  /// call's span gets a new id, which the backend sees as its parent.
-  void start_span() {
-    span_start_ns_ = core::unix_now_ns();
-    std::optional<core::trace_parent> inbound;
-    if (auto tp = find_header("traceparent")) inbound = core::parse_traceparent(*tp);
-    trace_ = inbound ? *inbound : core::trace_parent{core::new_trace_id(), {}, 1};
-    if (inbound) parent_span_ = inbound->span;
-    trace_->span = core::new_span_id();
-  }
-
-  /// Hands this call's span to the exporter (which never blocks).
-  void end_span() {
-    core::span s;
-    s.trace = trace_->trace;
-    s.id = trace_->span;
-    s.parent = parent_span_;
-    s.name = method_;
-    s.start_unix_ns = span_start_ns_;
-    s.end_unix_ns = core::unix_now_ns();
-    // "/spark.connect.SparkConnectService/ExecutePlan": service, then method.
-    const std::string_view path = s.name;
-    const auto slash = path.rfind('/');
-    const bool split = slash != std::string_view::npos && slash > 0;
-    const auto service = split ? path.substr(1, slash - 1) : std::string_view();
-    const auto method = split ? path.substr(slash + 1) : path;
-    s.attributes = {{"rpc.system", "grpc"}, {"rpc.service", std::string(service)},
-                    {"rpc.method", std::string(method)}};
-    if (backend_) s.attributes.emplace_back("scg.backend", backend_->name);
-    if (!identity_.tenant.empty()) s.attributes.emplace_back("scg.tenant", identity_.tenant);
-    s.attributes.emplace_back("scg.request_id", request_id_);
-    s.grpc_status_code = final_code_;
-    s.error = final_code_ != 0;
-    fx_.tracer->submit(std::move(s));
-  }
-
   // --- finishing -----------------------------------------------------------------------
+
+  bool finished() const { return phase_ == phase::finished; }
+
+  /// The call's status is `code`: the one way into phase::finished.
+  void conclude(int code) {
+    phase_ = phase::finished;
+    final_code_ = code;
+  }
 
   /// The backend's status ends the call; scg replaces it only to say what
   /// scg did (an execution it cut, a stream message it refused).
   void finish_with_backend_status(h2::header_list& status, bool trailers_only) {
     if (clone_pending_ && !trailers_only) {  // after the held answer (on_clone_bound)
       pending_status_ = std::move(status);
+      phase_ = phase::finishing;
       return;
     }
     const h2::header* grpc_status = nullptr;
@@ -1059,14 +898,13 @@ class forward_call final : public h2::server_stream,
       return finish_local(reason::backend_bad_status, "scg: backend " + backend_->name + " sent grpc-status \"" +
                                                           grpc_status->value.substr(0, 32) + "\", not a status code");
     const int code = *parsed;
-    if (code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED) && execution_limit_ &&
+    if (code == core::grpc_code::deadline_exceeded && execution_limit_ &&
         std::chrono::steady_clock::now() >= *execution_limit_)
       return kill_execution();
     if (code == 0) learn_from_success();
     log_.debug("done request_id={} rpc={} backend={} code={}", request_id_, rpc_name(rpc_), backend_->name,
                core::status_code_name(code));
-    finished_ = true;
-    final_code_ = code;
+    conclude(code);
     if (trailers_only) {
       down_->submit_response(down_stream_, status, nullptr);
       to_client_.drop();
@@ -1085,7 +923,7 @@ class forward_call final : public h2::server_stream,
   /// trailers-only answer; the backend stream, if any, is cancelled.
   void finish_local(reason why, const std::string& message, std::chrono::milliseconds retry_after = {},
                     bool keep_queued = false) {
-    if (finished_) return;
+    if (finished()) return;
     const auto& row = core::reply_of(why);
     int code = row.code;
     std::string details;
@@ -1096,8 +934,7 @@ class forward_call final : public h2::server_stream,
     }
     core::count_local_reply(why);
     log_reply(row, code, message);
-    finished_ = true;
-    final_code_ = code;
+    conclude(code);
     cancel_backend();
     to_backend_.drop();
     if (!keep_queued) to_client_.drop();
@@ -1173,10 +1010,12 @@ class forward_call final : public h2::server_stream,
   h2::header_list response_headers_, backend_trailers_;
 
   // progress
-  bool routing_ = false, routed_ = false, has_first_message_ = false, request_ended_ = false;
-  bool response_started_ = false, got_headers_ = false, finished_ = false;
-  bool down_closed_ = false, up_closed_ = false;
-  bool streaming_ = false;  // counted in active streams
+  phase phase_ = phase::receiving;
+  bool has_first_message_ = false;  // route() had a message to read (not only the request's end)
+  bool request_ended_ = false;      // the client half-closed its stream (END_STREAM)
+  bool response_started_ = false;   // the client has its response headers: what scg adds is trailers
+  bool down_closed_ = false, up_closed_ = false;  // the client's stream, the backend's, closed
+  bool counted_stream_ = false;     // counted in active streams
   std::optional<std::chrono::steady_clock::time_point> deadline_, execution_limit_;
   std::unique_ptr<asio::steady_timer> timer_;
 
@@ -1190,17 +1029,12 @@ class forward_call final : public h2::server_stream,
   std::string spark_user_;                  // the user id Spark sees (auth::spark_user_id)
   bool rewrite_users_ = false;              // requests carry spark_user_ instead of their own
   std::string operation_id_;                // the execution's id, once known
-  bool holds_execution_slot_ = false;       // a slot taken for this call, not yet its operation's
-  std::string execution_op_;                 // the operation this execution stream belongs to
-  std::int64_t execution_started_ms_ = 0;    // its start (steady ms): the time limit counts from here
-  bool execution_killed_ = false, result_complete_ = false, learned_first_ = false;
-  bool reattachable_ = true;  // a non-reattachable execution ends with its stream
+  execution_claim execution_;               // its part in the tenant's executions (net/admission.hpp)
+  bool learned_first_ = false;
   bool clone_pending_ = false;                   // CloneSession's answer waits for its binding
   held_message clone_answer_;
   std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_
-  std::optional<core::trace_parent> trace_;   // this call's trace and span id; set only when tracing
-  std::optional<core::span_id> parent_span_;  // the client's span; absent for a root span
-  std::int64_t span_start_ns_ = 0;
+  call_span span_;  // started only when tracing
 };
 
 }  // namespace
