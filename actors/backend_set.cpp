@@ -12,12 +12,7 @@
 namespace scg::actors {
 namespace {
 
-std::string with_host(std::string url, const std::string& host) {
-  const std::string mark = "{host}";
-  for (auto pos = url.find(mark); pos != std::string::npos; pos = url.find(mark, pos + host.size()))
-    url.replace(pos, mark.size(), host);
-  return url;
-}
+using core::with_host;
 
 }  // namespace
 

@@ -77,14 +77,18 @@ std::optional<backend_index> session_table::find_session(const std::string& key,
   return it->value.backend;
 }
 
+void session_table::count_new_session(const std::string& key) {
+  sessions_.fetch_add(1, std::memory_order_relaxed);
+  count_tenant(key, +1);
+}
+
 backend_index session_table::bind_session(const std::string& key, backend_index backend,
                                           clock_ms now) {
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};
   auto [it, inserted] = s.map.try_emplace(key, 0, backend, now);
   if (inserted) {
-    sessions_.fetch_add(1, std::memory_order_relaxed);
-    count_tenant(key, +1);
+    count_new_session(key);
     if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
   } else {
     it->value.last_seen.store(now, std::memory_order_relaxed);
@@ -97,8 +101,7 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   std::unique_lock lock{s.mutex};
   auto [it, inserted] = s.map.try_emplace(key, 0, backend, now);
   if (inserted) {
-    sessions_.fetch_add(1, std::memory_order_relaxed);
-    count_tenant(key, +1);
+    count_new_session(key);
   } else {
     if (it->value.backend == backend) return;
     if (it->value.backend < per_backend_.size())

@@ -133,6 +133,7 @@ class session_table {
  private:
   static constexpr std::size_t shard_count = 16;
   void count_tenant(const std::string& key, int delta);
+  void count_new_session(const std::string& key);  // a session just inserted: the totals
   mutable std::mutex tenant_mutex_;  // new and erased sessions only: off the hot path
   std::unordered_map<std::string, long> per_tenant_;
   struct session_entry {

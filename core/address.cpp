@@ -116,4 +116,27 @@ std::optional<url> parse_url(std::string_view text) {
   return out;
 }
 
+std::string with_host(std::string url, std::string_view host) {
+  constexpr std::string_view mark = "{host}";
+  for (auto pos = url.find(mark); pos != std::string::npos; pos = url.find(mark, pos + host.size()))
+    url.replace(pos, mark.size(), host);
+  return url;
+}
+
+std::string percent_encode(std::string_view text, bool (*keep)(unsigned char)) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (keep(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 }  // namespace scg::core

@@ -46,4 +46,10 @@ struct url {
 /// Nullopt for another scheme, a missing host, user info or a bad port.
 std::optional<url> parse_url(std::string_view text);
 
+/// `url` with every "{host}" replaced by `host` (a ui_url template).
+std::string with_host(std::string url, std::string_view host);
+
+/// `text` with each byte `keep` refuses written as %XX (uppercase hex).
+std::string percent_encode(std::string_view text, bool (*keep)(unsigned char));
+
 }  // namespace scg::core

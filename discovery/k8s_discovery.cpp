@@ -37,27 +37,13 @@ spdlog::logger& main_log() {
   return log ? *log : *spdlog::default_logger_raw();
 }
 
-std::string with_host(std::string url, const std::string& host) {
-  const std::string mark = "{host}";
-  for (auto pos = url.find(mark); pos != std::string::npos; pos = url.find(mark, pos + host.size()))
-    url.replace(pos, mark.size(), host);
-  return url;
-}
+using core::with_host;
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
 std::string encode(const std::string& s) {
-  static const char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
+  return core::percent_encode(s, [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+  });
 }
 
 const json* member(const json& j, const char* key) {

@@ -39,13 +39,20 @@ void execution_ledger::release_slot(operation& o) {
   give_back_locked(o.tenant);
 }
 
+std::pair<execution_ledger::operation&, bool> execution_ledger::open_locked(const std::string& op,
+                                                                          const std::string& tenant, ms started) {
+  auto [it, fresh] = ops_.try_emplace(op);
+  if (fresh) {
+    it->second.tenant = tenant;
+    it->second.started = started;
+  }
+  return {it->second, fresh};
+}
+
 void execution_ledger::adopt(const std::string& op, const std::string& tenant, ms started) {
   std::lock_guard lock{mu_};
-  auto [it, fresh] = ops_.try_emplace(op);
-  auto& o = it->second;
+  auto [o, fresh] = open_locked(op, tenant, started);
   if (fresh) {
-    o.tenant = tenant;
-    o.started = started;
     o.holds_slot = true;
   } else {
     give_back_locked(tenant);  // the caller's slot: the operation has one
@@ -65,13 +72,8 @@ std::optional<execution_ledger::attached> execution_ledger::attach(const std::st
 execution_ledger::attached execution_ledger::attach_unknown(const std::string& op, const std::string& tenant,
                                                             int cap, ms started) {
   std::lock_guard lock{mu_};
-  auto [it, fresh] = ops_.try_emplace(op);
-  auto& o = it->second;
-  if (fresh) {
-    o.tenant = tenant;
-    o.started = started;
-    o.holds_slot = take_locked(tenant, cap);
-  }
+  auto [o, fresh] = open_locked(op, tenant, started);
+  if (fresh) o.holds_slot = take_locked(tenant, cap);
   attach_stream(o);
   return attached{o.started, o.killed};
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <unordered_map>
 
 namespace scg::net {
@@ -81,6 +82,8 @@ class execution_ledger {
   void give_back_locked(const std::string& tenant);
   void release_slot(operation& o);
   void attach_stream(operation& o);  // a stream of `o` attached (not once it was killed)
+  /// The entry of `op`, made for `tenant` at `started` when new (fresh).
+  std::pair<operation&, bool> open_locked(const std::string& op, const std::string& tenant, ms started);
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, int> slots_;  // per tenant

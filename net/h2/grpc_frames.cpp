@@ -3,6 +3,8 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
+#include "core/address.hpp"
+
 namespace scg::net::h2 {
 
 std::string message_prefix(std::size_t length) {
@@ -54,19 +56,7 @@ std::string format_timeout(std::chrono::nanoseconds t) {
 }
 
 std::string percent_encode(std::string_view text) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c <= 0x7e && c != '%') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
+  return core::percent_encode(text, [](unsigned char c) { return c >= 0x20 && c <= 0x7e && c != '%'; });
 }
 
 std::string percent_decode(std::string_view text) {
