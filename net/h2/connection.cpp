@@ -16,7 +16,6 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "net/h2/connection_helpers.hpp"
-#include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
 
 namespace scg::net::h2 {
@@ -179,7 +178,7 @@ void connection::start_reading() {
   read_more();
 }
 
-bool connection::keepalive_tick(steady_time now, bool has_calls, const char* peer_kind) {
+bool connection::keepalive_tick(steady_time now, bool has_calls, const char* peer_kind, std::string_view peer_name) {
   if (closed_) return false;
   switch (keepalive_step(alive_, keepalive_, now, has_calls)) {
     case keepalive_action::none: return true;
@@ -196,8 +195,7 @@ bool connection::keepalive_tick(steady_time now, bool has_calls, const char* pee
                      : core::global_metrics().keepalive_client_timeouts_total);
   static core::log_throttle throttled[2];
   if (auto held = throttled[backend].pass(); held >= 0)
-    net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind,
-                   backend ? static_cast<upstream_connection*>(this)->address() : std::string("client"),
+    net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind, peer_name,
                    keepalive_.timeout.count(), held);
   close("no answer to a keepalive PING within " + secs(keepalive_.timeout) + " (keepalive.timeout_secs)");
   return false;

@@ -153,7 +153,8 @@ class connection : public std::enable_shared_from_this<connection> {
   static nghttp2_session_callbacks* base_callbacks();
   asio::ip::tcp::socket& raw_socket();
   /// Sends a PING or closes the connection as keepalive says; false once closed.
-  bool keepalive_tick(steady_time now, bool has_calls, const char* peer_kind);
+  /// `peer_kind` and `peer_name` name the peer in the log line ("backend", its address).
+  bool keepalive_tick(steady_time now, bool has_calls, const char* peer_kind, std::string_view peer_name);
 
   worker& w_;
   nghttp2_session* session_ = nullptr;

@@ -113,7 +113,7 @@ void downstream_connection::tick(steady_time now) {
                      held);
     return close("no HTTP/2 preface within " + secs(tune_.handshake_timeout) + " (limits.handshake_timeout_secs)");
   }
-  if (!keepalive_tick(now, !streams_.empty(), "client")) return;
+  if (!keepalive_tick(now, !streams_.empty(), "client", "client")) return;
   if (goaway_sent_) {
     if (now - *goaway_sent_ >= std::chrono::seconds(5)) close("idle: closed after its GOAWAY");
     return;

@@ -104,7 +104,7 @@ client_stream* upstream_connection::find(std::int32_t stream) {
 }
 
 void upstream_connection::tick(steady_time now) {
-  if (writable_) keepalive_tick(now, !streams_.empty(), "backend");
+  if (writable_) keepalive_tick(now, !streams_.empty(), "backend", address_);
 }
 
 void upstream_connection::on_closed(const std::string& why) {
