@@ -1,3 +1,6 @@
+// The transport both kinds of connection share: the socket (plain or TLS),
+// reading into the worker's chunks, batched zero-copy writes, and the nghttp2
+// session plumbing of both sides (data sources, flow control, keepalive).
 #include "net/h2/connection.hpp"
 
 #include <sys/socket.h>
@@ -10,10 +13,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/address.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
-#include "net/h2/endpoints.hpp"
+#include "net/h2/connection_helpers.hpp"
 #include "net/h2/worker.hpp"
 
 namespace scg::net::h2 {
@@ -23,52 +25,24 @@ namespace {
 /// Batches larger than this wait for the write in flight before taking more frames.
 constexpr std::size_t max_batch_bytes = 1u << 20;
 
-template <class Headers>
-std::vector<nghttp2_nv> nv_of(const Headers& headers) {
-  std::vector<nghttp2_nv> nv;
-  nv.reserve(headers.size());
-  for (const auto& h : headers)
-    nv.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(h.name.data())),
-                  reinterpret_cast<std::uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(), h.value.size(),
-                  NGHTTP2_NV_FLAG_NONE});
-  return nv;
-}
+}  // namespace
 
-std::string_view sv(const std::uint8_t* p, std::size_t n) { return {reinterpret_cast<const char*>(p), n}; }
-
-/// Removes `stream`'s call from `streams` and returns it (null when none).
-template <class Map>
-typename Map::mapped_type take(Map& streams, std::int32_t stream) {
-  auto it = streams.find(stream);
-  if (it == streams.end()) return {};
-  auto c = std::move(it->second);
-  streams.erase(it);
-  return c;
-}
-
-/// Hands a DATA payload to the stream's call, as a slice of the read buffer.
-/// The connection window goes back at once: the bytes are in their stream's
-/// queue now, bounded by the stream's window, which goes back only when they
-/// leave (a stream whose reader stalls holds back no other stream).
-template <class Conn, class Call>
-int pass_data(nghttp2_session* session, Conn* self, std::int32_t stream, const std::uint8_t* data, std::size_t len,
-              void (Call::*deliver)(slice)) {
-  nghttp2_session_consume_connection(session, len);
-  if (auto* c = self->find(stream)) (c->*deliver)(self->slice_of(data, len));
-  return 0;
-}
+namespace detail {
 
 spdlog::logger& net_log() {
   static const std::shared_ptr<spdlog::logger> log = spdlog::get("forward");
   return *log;
 }
 
-/// "8 s" for log lines and reasons.
 std::string secs(std::chrono::milliseconds d) {
   return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + " s" : std::to_string(d.count()) + " ms";
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::net_log;
+using detail::nv_of;
+using detail::secs;
 
 // --- pipes --------------------------------------------------------------------
 
@@ -204,7 +178,7 @@ void connection::start_reading() {
   read_more();
 }
 
-bool connection::keepalive_tick(steady_time now, bool has_calls, const char* peer_kind) {
+bool connection::keepalive_tick(steady_time now, bool has_calls, const char* peer_kind, std::string_view peer_name) {
   if (closed_) return false;
   switch (keepalive_step(alive_, keepalive_, now, has_calls)) {
     case keepalive_action::none: return true;
@@ -221,8 +195,7 @@ bool connection::keepalive_tick(steady_time now, bool has_calls, const char* pee
                      : core::global_metrics().keepalive_client_timeouts_total);
   static core::log_throttle throttled[2];
   if (auto held = throttled[backend].pass(); held >= 0)
-    net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind,
-                   backend ? static_cast<upstream_connection*>(this)->address() : std::string("client"),
+    net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind, peer_name,
                    keepalive_.timeout.count(), held);
   close("no answer to a keepalive PING within " + secs(keepalive_.timeout) + " (keepalive.timeout_secs)");
   return false;
@@ -377,351 +350,6 @@ void connection::write_plain() {
 void connection::write_done() {
   write_pending_ = false;
   writing_.clear();
-}
-
-// --- downstream: a client of scg -------------------------------------------------
-
-downstream_connection::downstream_connection(worker& w, asio::ip::tcp::socket s, const call_factory& make,
-                                             const tuning& t)
-    : connection(w, std::move(s)), make_(make), tune_(t) {
-  init(t);
-}
-
-downstream_connection::downstream_connection(worker& w, std::unique_ptr<tls_socket> s, const call_factory& make,
-                                             const tuning& t)
-    : connection(w, std::move(s)), make_(make), tune_(t) {
-  init(t);
-}
-
-downstream_connection::~downstream_connection() = default;
-
-void downstream_connection::init(const tuning& t) {
-  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, false};
-  static nghttp2_session_callbacks* cbs = [] {
-    auto* c = base_callbacks();
-    nghttp2_session_callbacks_set_on_begin_headers_callback(c, &on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
-    nghttp2_session_callbacks_set_on_frame_send_callback(c, &on_frame_send);
-    return c;
-  }();
-  nghttp2_option* opt = nullptr;
-  nghttp2_option_new(&opt);
-  nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_session_server_new2(&session_, cbs, this, opt);
-  nghttp2_option_del(opt);
-  const nghttp2_settings_entry settings[] = {
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, t.max_concurrent_streams},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, t.max_header_bytes},
-      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
-  };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
-}
-
-void downstream_connection::start() {
-  asio::error_code ignored;
-  raw_socket().set_option(asio::ip::tcp::no_delay(true), ignored);
-  raw_socket().non_blocking(true, ignored);
-  dirty();
-  start_reading();
-}
-
-server_stream* downstream_connection::find(std::int32_t stream) {
-  auto it = streams_.find(stream);
-  return it == streams_.end() ? nullptr : it->second.get();
-}
-
-bool downstream_connection::submit_response(std::int32_t stream, const header_list& headers, pipe* body) {
-  if (closed()) return false;
-  auto nv = nv_of(headers);
-  int rv;
-  if (body) {
-    auto prd = provider(*body);
-    rv = nghttp2_submit_response(session_, stream, nv.data(), nv.size(), &prd);
-  } else {
-    rv = nghttp2_submit_response(session_, stream, nv.data(), nv.size(), nullptr);
-  }
-  dirty();
-  return rv == 0;
-}
-
-void downstream_connection::go_away() {
-  if (closed()) return;
-  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
-                        NGHTTP2_NO_ERROR, nullptr, 0);
-  dirty();
-}
-
-std::vector<std::shared_ptr<server_stream>> downstream_connection::calls() const {
-  std::vector<std::shared_ptr<server_stream>> out;
-  for (const auto& [id, c] : streams_) out.push_back(c);
-  return out;
-}
-
-void downstream_connection::tick(steady_time now) {
-  if (closed()) return;
-  auto& m = core::global_metrics();
-  if (!preface_done_) {
-    if (now - born_ < tune_.handshake_timeout) return;
-    core::bump(m.conn_handshake_timeouts_total);
-    static core::log_throttle throttle;
-    if (auto held = throttle.pass(); held >= 0)
-      net_log().info("handshake_timeout peer={} timeout_ms={} suppressed={}", peer(), tune_.handshake_timeout.count(),
-                     held);
-    return close("no HTTP/2 preface within " + secs(tune_.handshake_timeout) + " (limits.handshake_timeout_secs)");
-  }
-  if (!keepalive_tick(now, !streams_.empty(), "client")) return;
-  if (goaway_sent_) {
-    if (now - *goaway_sent_ >= std::chrono::seconds(5)) close("idle: closed after its GOAWAY");
-    return;
-  }
-  if (streams_.empty() && tune_.idle_timeout.count() > 0 && now - idle_since_ >= tune_.idle_timeout) {
-    core::bump(m.conn_idle_closed_total);
-    net_log().debug("idle_connection_closed peer={} idle_ms={}", peer(), tune_.idle_timeout.count());
-    goaway_sent_ = now;
-    nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);  // GOAWAY, then the session ends
-    dirty();
-    return;
-  }
-  // A call may end itself here: tick a copy.
-  std::vector<std::shared_ptr<server_stream>> open;
-  open.reserve(streams_.size());
-  for (const auto& [id, c] : streams_) open.push_back(c);
-  for (auto& c : open) c->tick(now);
-}
-
-void downstream_connection::on_closed(const std::string& why) {
-  if (tune_.client_connections) tune_.client_connections->fetch_sub(1, std::memory_order_relaxed);
-  // The client broke HTTP/2 (nghttp2 sent a GOAWAY for it, or refused what it read): counted and logged once.
-  if (!protocol_error_.empty() || why.rfind("HTTP/2 error", 0) == 0) {
-    core::bump(core::global_metrics().conn_protocol_errors_total);
-    static core::log_throttle throttle;
-    if (auto held = throttle.pass(); held >= 0)
-      net_log().info("client_protocol_error peer={} goaway=\"{}\" closed=\"{}\" suppressed={}", closed_peer(),
-                     protocol_error_, why, held);
-  }
-
-  auto streams = std::move(streams_);
-  streams_.clear();
-  for (auto& [id, c] : streams) c->on_server_stream_closed(NGHTTP2_CANCEL);
-}
-
-int downstream_connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-  self->header_bytes_ = 0;
-  self->streams_[frame->hd.stream_id] = self->make_(*self, frame->hd.stream_id);
-  return 0;
-}
-
-int downstream_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-                                     std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
-                                     std::uint8_t, void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: none in gRPC
-  auto* c = self->find(frame->hd.stream_id);
-  if (!c) return 0;
-  const bool was_over = self->header_bytes_ > self->tune_.max_header_bytes;
-  self->header_bytes_ += namelen + valuelen + 32;
-  if (self->header_bytes_ <= self->tune_.max_header_bytes) {
-    c->on_request_header(sv(name, namelen), sv(value, valuelen));
-  } else if (!was_over) {
-    // nghttp2 decodes the rest (HPACK state needs it); the call keeps none of it.
-    c->on_request_headers_too_large(self->tune_.max_header_bytes);
-  }
-  return 0;
-}
-
-int downstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK)) self->preface_done_ = true;
-  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
-  auto* c = self->find(frame->hd.stream_id);
-  if (!c) return 0;
-  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-    c->on_request_headers_done();
-    c = self->find(frame->hd.stream_id);  // the call may have ended already
-  }
-  if (c && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) c->on_request_end();
-  return 0;
-}
-
-int downstream_connection::on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
-  // nghttp2 answers a client's protocol error with a GOAWAY naming it: kept for the close.
-  if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
-    auto* self = static_cast<downstream_connection*>(user);
-    self->protocol_error_ = std::string(nghttp2_http2_strerror(frame->goaway.error_code)) + " " +
-                            std::string(reinterpret_cast<const char*>(frame->goaway.opaque_data),
-                                        std::min<std::size_t>(frame->goaway.opaque_data_len, 200));
-  }
-  // Answered before the client ended its request (a refusal, a timeout):
-  // the stream is reset NO_ERROR, as gRPC servers do, so it ends now and
-  // its call with it, however the client goes on.
-  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
-      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
-    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
-  return 0;
-}
-
-int downstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
-                                         const std::uint8_t* data, std::size_t len, void* user) {
-  return pass_data(session, static_cast<downstream_connection*>(user), stream, data, len,
-                   &server_stream::on_request_data);
-}
-
-int downstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
-                                           void* user) {
-  auto* self = static_cast<downstream_connection*>(user);
-  if (auto c = take(self->streams_, stream)) c->on_server_stream_closed(error_code);
-  if (self->streams_.empty()) self->idle_since_ = std::chrono::steady_clock::now();
-  return 0;
-}
-
-// --- upstream: scg's connection to a backend ----------------------------------------
-
-upstream_connection::upstream_connection(worker& w, std::string address, std::chrono::milliseconds connect_timeout,
-                                         const tuning& t)
-    : connection(w, asio::ip::tcp::socket(w.io())),
-      address_(std::move(address)),
-      connect_timeout_(connect_timeout),
-      resolver_(w.io()),
-      timer_(w.io()) {
-  static nghttp2_session_callbacks* cbs = [] {
-    auto* c = base_callbacks();
-    nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
-    return c;
-  }();
-  nghttp2_option* opt = nullptr;
-  nghttp2_option_new(&opt);
-  nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_option_set_peer_max_concurrent_streams(opt, 1000);
-  nghttp2_session_client_new2(&session_, cbs, this, opt);
-  nghttp2_option_del(opt);
-  const nghttp2_settings_entry settings[] = {
-      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
-      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
-  };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
-  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, true};
-  writable_ = false;
-}
-
-upstream_connection::~upstream_connection() = default;
-
-void upstream_connection::connect() {
-  const auto target = core::parse_host_port(address_);
-  if (!target) return close("bad backend address " + address_ + " (want host:port)");
-  auto self = std::static_pointer_cast<upstream_connection>(shared_from_this());
-  timer_.expires_after(connect_timeout_);
-  timer_.async_wait([this, self](const asio::error_code& ec) {
-    if (ec || writable_ || closed()) return;
-    close("no connection after " + std::to_string(connect_timeout_.count()) + " ms");
-    w_.flush_dirty();
-  });
-  resolver_.async_resolve(target->host, std::to_string(target->port), [this, self](const asio::error_code& ec,
-                                                   asio::ip::tcp::resolver::results_type results) {
-    if (closed()) return;
-    if (ec) {
-      close("cannot resolve " + address_ + ": " + ec.message());
-      return w_.flush_dirty();
-    }
-    asio::async_connect(raw_socket(), results, [this, self](const asio::error_code& cec, const asio::ip::tcp::endpoint&) {
-      if (closed()) return;
-      if (cec) {
-        close("cannot connect to " + address_ + ": " + cec.message());
-        return w_.flush_dirty();
-      }
-      connected();
-      w_.flush_dirty();
-    });
-  });
-}
-
-void upstream_connection::connected() {
-  timer_.cancel();
-  asio::error_code ignored;
-  raw_socket().set_option(asio::ip::tcp::no_delay(true), ignored);
-  raw_socket().non_blocking(true, ignored);
-  writable_ = true;
-  dirty();
-  start_reading();
-}
-
-std::int32_t upstream_connection::submit_request(const std::vector<header_ref>& headers, pipe& body,
-                                                 std::shared_ptr<client_stream> call) {
-  if (closed()) return NGHTTP2_ERR_INVALID_STATE;
-  auto nv = nv_of(headers);
-  auto prd = provider(body);
-  const auto id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &prd, nullptr);
-  if (id > 0) streams_[id] = std::move(call);
-  dirty();
-  return id;
-}
-
-client_stream* upstream_connection::find(std::int32_t stream) {
-  auto it = streams_.find(stream);
-  return it == streams_.end() ? nullptr : it->second.get();
-}
-
-void upstream_connection::tick(steady_time now) {
-  if (writable_) keepalive_tick(now, !streams_.empty(), "backend");
-}
-
-void upstream_connection::on_closed(const std::string& why) {
-  going_away_ = true;
-  resolver_.cancel();
-  timer_.cancel();
-  auto streams = std::move(streams_);
-  streams_.clear();
-  for (auto& [id, c] : streams) c->on_client_stream_closed(NGHTTP2_INTERNAL_ERROR, why);
-}
-
-int upstream_connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
-                                   std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
-                                   std::uint8_t, void* user) {
-  auto* self = static_cast<upstream_connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  self->alive_.on_server_frame();
-  if (auto* c = self->find(frame->hd.stream_id))
-    c->on_response_header(sv(name, namelen), sv(value, valuelen), frame->headers.cat == NGHTTP2_HCAT_HEADERS);
-  return 0;
-}
-
-int upstream_connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-  auto* self = static_cast<upstream_connection*>(user);
-  if (frame->hd.type == NGHTTP2_GOAWAY) {
-    self->going_away_ = true;
-    return 0;
-  }
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  if (auto* c = self->find(frame->hd.stream_id))
-    c->on_response_headers_done(frame->headers.cat == NGHTTP2_HCAT_HEADERS,
-                                (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
-  return 0;
-}
-
-int upstream_connection::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream,
-                                       const std::uint8_t* data, std::size_t len, void* user) {
-  static_cast<upstream_connection*>(user)->alive_.on_server_frame();
-  return pass_data(session, static_cast<upstream_connection*>(user), stream, data, len,
-                   &client_stream::on_response_data);
-}
-
-int upstream_connection::on_stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t error_code,
-                                         void* user) {
-  auto* self = static_cast<upstream_connection*>(user);
-  if (auto c = take(self->streams_, stream)) c->on_client_stream_closed(error_code, self->closed_why_);
-  return 0;
 }
 
 }  // namespace scg::net::h2

@@ -2,7 +2,10 @@
 // HTTP/2 connections of the data plane: nghttp2 sessions on asio sockets,
 // each owned by one worker thread. A downstream connection is a client of
 // scg (scg is its server); an upstream connection goes to one backend (scg is
-// its client) and multiplexes every call this worker sends there.
+// its client) and multiplexes every call this worker sends there. This
+// header declares what both share: the transport (connection.cpp), the pipes
+// and the stream events; endpoints.hpp declares the two sides
+// (downstream_connection.cpp, upstream_connection.cpp).
 //
 // Flow control is end to end per stream, and never shared: a connection
 // gives its peer the connection window back as soon as DATA arrives (the
@@ -150,7 +153,8 @@ class connection : public std::enable_shared_from_this<connection> {
   static nghttp2_session_callbacks* base_callbacks();
   asio::ip::tcp::socket& raw_socket();
   /// Sends a PING or closes the connection as keepalive says; false once closed.
-  bool keepalive_tick(steady_time now, bool has_calls, const char* peer_kind);
+  /// `peer_kind` and `peer_name` name the peer in the log line ("backend", its address).
+  bool keepalive_tick(steady_time now, bool has_calls, const char* peer_kind, std::string_view peer_name);
 
   worker& w_;
   nghttp2_session* session_ = nullptr;
