@@ -37,7 +37,7 @@ constexpr auto p99_bound = 500ms;
 /// scg's RSS may grow at most this much over its baseline during an abuse.
 constexpr long rss_margin_kib = 200 * 1024;
 
-// What nghttp2 answers, as scg sets it up (net/h2/connection.cpp).
+// What nghttp2 answers, as scg sets it up (net/h2/downstream_connection.cpp).
 constexpr std::size_t advertised_streams = 1000;  ///< scg's SETTINGS_MAX_CONCURRENT_STREAMS
 constexpr int reset_burst = 1000;                 ///< RST_STREAMs a connection may send at once...
 constexpr int reset_rate = 33;                    ///< ...and per second after that
