@@ -202,6 +202,20 @@ auth_config parse_auth_section(const YAML::Node& n) {
   return a;
 }
 
+/// Reads a map of tenant name → value at `at` (absent: nothing), each value
+/// by `parse(node, path)`; tenant names are checked, duplicates refused.
+template <class V, class Parse>
+void read_per_tenant(const YAML::Node& n, const std::string& at, std::map<std::string, V, std::less<>>& out,
+                     Parse parse) {
+  if (!present(n)) return;
+  if (!n.IsMap()) reject(at, "expected a map, got " + describe(n));
+  for (const auto& kv : n) {
+    std::string tenant = tenant_name(kv.first, at);
+    if (out.count(tenant)) reject(child(at, tenant), "duplicate key");
+    out.emplace(tenant, parse(kv.second, child(at, tenant)));
+  }
+}
+
 tenants_config parse_tenants_section(const YAML::Node& n,
                                      const std::vector<std::string>& backends) {
   tenants_config t;
@@ -267,15 +281,7 @@ tenants_config parse_tenants_section(const YAML::Node& n,
       t.pools.emplace(std::move(tenant), std::move(names));
     }
   }
-  if (const YAML::Node& tokens = n["backend_tokens"]; present(tokens)) {
-    const std::string at = child(path, "backend_tokens");
-    if (!tokens.IsMap()) reject(at, "expected a map, got " + describe(tokens));
-    for (const auto& kv : tokens) {
-      std::string tenant = tenant_name(kv.first, at);
-      if (t.backend_tokens.count(tenant)) reject(child(at, tenant), "duplicate key");
-      t.backend_tokens.emplace(tenant, parse_secret(kv.second, child(at, tenant)));
-    }
-  }
+  read_per_tenant(n["backend_tokens"], child(path, "backend_tokens"), t.backend_tokens, parse_secret);
   return t;
 }
 
@@ -301,15 +307,7 @@ rate_limits_config parse_rate_limits_section(const YAML::Node& n) {
   if (present(n["per_tenant"]))
     r.per_tenant = parse_rate(n["per_tenant"], child(path, "per_tenant"));
   if (present(n["per_user"])) r.per_user = parse_rate(n["per_user"], child(path, "per_user"));
-  if (const YAML::Node& tenants = n["tenants"]; present(tenants)) {
-    const std::string at = child(path, "tenants");
-    if (!tenants.IsMap()) reject(at, "expected a map, got " + describe(tenants));
-    for (const auto& kv : tenants) {
-      std::string tenant = tenant_name(kv.first, at);
-      if (r.tenants.count(tenant)) reject(child(at, tenant), "duplicate key");
-      r.tenants.emplace(tenant, parse_rate(kv.second, child(at, tenant)));
-    }
-  }
+  read_per_tenant(n["tenants"], child(path, "tenants"), r.tenants, parse_rate);
   return r;
 }
 
