@@ -1,7 +1,8 @@
 #pragma once
 // What the data path and the admin API share about one backend. The backend
-// actor owns its lifecycle and writes the atomics; gRPC threads read them and
-// use the channel without an actor round trip.
+// actor owns its lifecycle and writes the atomics; the data-plane workers read
+// them without an actor round trip, and scg's own calls to the backend (health
+// probes, holder searches, interrupts) use its gRPC channel.
 
 #include <array>
 #include <atomic>

@@ -1,7 +1,7 @@
 #pragma once
 // The router: the data path's only door into the actors. Every call is a
-// non-blocking send; answers come back through a callback, so gRPC reactors
-// never wait on an actor.
+// non-blocking send; answers come back through a callback (which the call
+// posts to its own worker), so a data-plane worker never waits on an actor.
 
 #include <functional>
 #include <memory>

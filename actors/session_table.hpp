@@ -1,7 +1,7 @@
 #pragma once
 // The routing table the data path reads: session key → backend, and
-// operation id → backend. Thread-safe and sharded, so gRPC threads look up
-// bindings without an actor round trip; actors own the lifecycle (creation,
+// operation id → backend. Thread-safe and sharded, so the data-plane workers
+// look up bindings without an actor round trip; actors own the lifecycle (creation,
 // expiry, release) and write here.
 
 #include <array>

@@ -216,7 +216,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   auto log = spdlog::get("main");
   raise_open_file_limit(*log);
   // Debian's abseil is built without NDEBUG: its mutex deadlock detection
-  // costs a few percent of every call (PERFORMANCE-NOTES.md).
+  // costs a few percent of every gRPC call scg makes itself (probes,
+  // searches, interrupts; PERFORMANCE-NOTES.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   caf::actor_system_config caf_cfg;

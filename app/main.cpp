@@ -11,15 +11,13 @@
 #include "config/config.hpp"
 
 // Read by jemalloc (linked into scg when available) at start-up. One arena:
-// large message buffers freed by one gRPC thread are reused by the next
-// instead of sitting in another thread's arena (peak RSS under a 1 GiB
-// stream fell from about 75 to 49 MiB, unary throughput unchanged within
-// noise). Under unary load the live heap is small (about 13 MiB at c=256),
-// but every call frees two 16 KiB gRPC call arenas, and the dirty pages this
-// leaves decide the peak RSS: freed pages are purged after 250 ms (1 s kept
-// the peak at 70-84 MiB, 250 ms at 58-65 MiB), and by the threads that
-// allocate rather than by a background thread, which fell behind on a busy
-// machine (peak 50-53 MiB without it). The price: after a burst, an idle
+// buffers freed on one thread are reused by the next instead of sitting in
+// another thread's arena. Freed pages are purged after 250 ms, by the threads
+// that allocate rather than by a background thread, which fell behind on a
+// busy machine. (Chosen under the earlier gRPC data plane, where one arena
+// took the peak RSS of a 1 GiB stream from about 75 to 49 MiB and 250 ms of
+// decay the unary peak from 70-84 to 58-65 MiB; the nghttp2 data plane holds
+// its bytes in chunks of its own, net/h2/bytes.hpp, and keeps the setting.) The price: after a burst, an idle
 // scg keeps those pages until it allocates again: the gateway's 1 s loop
 // therefore asks for the decay (core::allocator().release_freed).
 extern "C" {

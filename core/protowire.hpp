@@ -40,7 +40,7 @@ inline void put_uint(std::string& out, std::uint32_t field, std::uint64_t v) {
 
 // --- reading ----------------------------------------------------------------
 
-/// A run of contiguous bytes; a message may span several (as gRPC holds it).
+/// A run of contiguous bytes; a message may span several (as a worker reads it).
 struct segment {
   const std::uint8_t* data;
   std::size_t size;

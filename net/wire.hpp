@@ -23,7 +23,7 @@ using core::rpc_from_path;
 using core::rpc_name;
 using core::service_prefix;
 
-/// A message as gRPC holds it: one or more contiguous byte segments.
+/// A message as the worker holds it: one or more contiguous byte segments.
 using segment = core::protowire::segment;
 using segments = std::vector<segment>;
 

@@ -1,8 +1,9 @@
 #pragma once
 // A data-plane worker: one thread, one asio io_context, the client
 // connections accepted onto it and its own connection to each backend. A call
-// lives on one worker from its first byte to its end, so nothing on the data
-// path crosses threads or takes a lock.
+// lives on one worker from its first byte to its end and never changes
+// thread; what workers share (the session table, the execution ledger, rate
+// limits) is behind short locks, off the byte path.
 
 #include <asio.hpp>
 #include <atomic>
