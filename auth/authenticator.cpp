@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "core/file.hpp"
 #include "core/session_key.hpp"
 #include "config/config.hpp"
 
@@ -41,23 +42,6 @@ std::optional<std::string_view> bearer_token(std::optional<std::string_view> hea
   return h;
 }
 
-std::optional<std::string> read_file(const std::string& path, std::string& why) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) {
-    why = "cannot open \"" + path + "\": " + std::strerror(errno);
-    return std::nullopt;
-  }
-  std::string text;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0 && text.size() < (1u << 20))
-    text.append(buf, n);
-  if (std::ferror(f.get())) {
-    why = "cannot read \"" + path + "\": " + std::strerror(errno);
-    return std::nullopt;
-  }
-  return text;
-}
 
 }  // namespace
 
@@ -83,7 +67,7 @@ std::variant<std::unique_ptr<authenticator>, config::error> authenticator::creat
     } else if (!j.key_file.empty()) {
       field = "auth.jwt.key_file";
       std::string why;
-      auto pem = read_file(j.key_file, why);
+      auto pem = core::read_file(j.key_file, why, 1u << 20);
       if (!pem) return config::error{field, why};
       k = key::from_pem(*pem);
     } else if (j.hmac_secret) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "config/yaml_read.hpp"
+#include "core/file.hpp"
 
 namespace scg::auth {
 
@@ -29,18 +30,10 @@ std::variant<std::string, config::error> resolve_secret(const secret_ref& ref) {
       break;
     }
     case secret_ref::source::file: {
-      std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ref.value.c_str(), "rb"),
-                                                        &std::fclose);
-      if (!f)
-        return config::error{ref.field,
-                             "cannot open " + in_quotes(ref.value) + ": " + std::strerror(errno)};
-      char buf[4096];
-      std::size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0 && out.size() < (1u << 20))
-        out.append(buf, n);
-      if (std::ferror(f.get()))
-        return config::error{ref.field,
-                             "cannot read " + in_quotes(ref.value) + ": " + std::strerror(errno)};
+      std::string why;
+      auto text = core::read_file(ref.value, why, 1u << 20);
+      if (!text) return config::error{ref.field, why};
+      out = std::move(*text);
       // Secret files written by editors and `echo` end in a newline that is not part of the secret.
       if (!out.empty() && out.back() == '\n') out.pop_back();
       if (!out.empty() && out.back() == '\r') out.pop_back();

@@ -1,6 +1,7 @@
 #include "config/config.hpp"
 #include "config/yaml_read.hpp"
 #include "core/address.hpp"
+#include "core/file.hpp"
 
 #include <unistd.h>
 
@@ -340,15 +341,10 @@ result parse(const std::string& yaml_text) {
 }
 
 result load(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return error{"(file)", "cannot open " + in_quotes(path) + ": " + std::strerror(errno)};
-  std::string text;
-  char buf[8192];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
-  if (std::ferror(f.get()))
-    return error{"(file)", "cannot read " + in_quotes(path) + ": " + std::strerror(errno)};
-  return parse(text);
+  std::string why;
+  auto text = core::read_file(path, why);
+  if (!text) return error{"(file)", why};
+  return parse(*text);
 }
 
 }  // namespace scg::config

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/address.hpp"
+#include "core/file.hpp"
 
 namespace scg::discovery {
 namespace {
@@ -69,11 +70,8 @@ bool endpoint_ready(const json& endpoint) {
 }
 
 std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  std::string why;
+  std::string t = core::read_file(path, why, 1u << 20).value_or("");
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
   return t;
 }
