@@ -111,7 +111,7 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::optional<clock_ms> session_table::session_last_seen(const std::string& key) const {
+std::optional<clock_ms> session_table::session_last_seen(std::string_view key) const {
   auto& s = session_shards_[shard_of(key)];
   std::shared_lock lock{s.mutex};
   auto* it = s.map.find(key);
@@ -171,10 +171,10 @@ backend_index session_table::add_op(const std::string& op_id, backend_index back
   return it->second.op.backend;
 }
 
-std::optional<clock_ms> session_table::op_last_seen(const std::string& op_id) const {
+std::optional<clock_ms> session_table::op_last_seen(std::string_view op_id) const {
   auto& s = op_shards_[shard_of(op_id)];
   std::shared_lock lock{s.mutex};
-  auto it = s.map.find(op_id);
+  auto it = s.map.find(std::string(op_id));
   if (it == s.map.end()) return std::nullopt;
   return it->second.last_seen.load(std::memory_order_relaxed);
 }

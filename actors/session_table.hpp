@@ -59,7 +59,7 @@ class session_table {
   void set_session(const std::string& key, backend_index backend, clock_ms now);
 
   /// Last-seen time of `key`, nullopt when unbound.
-  std::optional<clock_ms> session_last_seen(const std::string& key) const;
+  std::optional<clock_ms> session_last_seen(std::string_view key) const;
 
   /// Forgets `key`; true when it was bound.
   bool erase_session(const std::string& key);
@@ -74,7 +74,7 @@ class session_table {
                        const std::string& session, clock_ms now, std::int64_t started_wall_ms = 0);
 
   /// Last-seen time of `op_id`, nullopt when not indexed.
-  std::optional<clock_ms> op_last_seen(const std::string& op_id) const;
+  std::optional<clock_ms> op_last_seen(std::string_view op_id) const;
 
   /// True when `op_id` is indexed (does not refresh it).
   bool has_op(const std::string& op_id) const;

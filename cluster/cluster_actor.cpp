@@ -19,9 +19,11 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "actors/backend_set.hpp"
@@ -39,6 +41,7 @@ using namespace std::chrono_literals;
 
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 2048;    // entries per repair message, about
+constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
@@ -74,6 +77,11 @@ struct cluster_state {
   bool flush_scheduled = false;
   std::uint64_t dial_rounds = 0;
   bool resolving = false;  // a look-up of the seed names is under way
+  // The refresh pass under way (refresh_step), if any, and its work so far.
+  caf::actor_addr sync_source;  // until synced: the one peer asked for a full repair
+  std::optional<replicated_table::cursor> refresh;
+  std::int64_t refresh_started_ms = 0;  // steady clock: when the last pass began
+  std::chrono::steady_clock::duration refresh_work{};
   static inline const char* name = "cluster";
 };
 
@@ -119,7 +127,7 @@ void apply(cluster_state& st, const entry& e) {
                session ? "session" : "operation", e.backend);
     return;
   }
-  // Last seen 0: a replicated entry is not use on this replica (see refresh_or_expire).
+  // Last seen 0: a replicated entry is not use on this replica (see refresh_step).
   if (session)
     st.sessions->set_session(id, *b, 0);
   else
@@ -153,6 +161,19 @@ void mark_ready(self_ptr self, const char* why) {
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
   publish_view(self);
+}
+
+/// Whether to send our digest to `peer`, which asks it for a repair of what
+/// differs. Until the first sync, only one peer is asked (the first one up):
+/// every peer would otherwise send the whole table at once, and the joining
+/// replica would take it as many times. Another one is asked when it leaves.
+bool asks_repair_from(self_ptr self, const cluster_actor& peer) {
+  auto& st = self->state;
+  if (st.synced || st.sync_source == peer.address()) return true;
+  for (const auto& [name, m] : st.members.members())
+    if (m.up && m.link.address() == st.sync_source) return false;
+  st.sync_source = peer.address();
+  return true;
 }
 
 std::vector<std::uint64_t> digest_of(const replicated_table& t) {
@@ -207,18 +228,25 @@ void write_local(self_ptr self, entry e) {
 /// Keeps in-use bindings alive cluster-wide and deletes abandoned ones: an
 /// entry used here since its version is a quarter ttl old is written again
 /// (a touch, replicated like any write); one whose version and local use are
-/// both older than the ttl becomes a tombstone, so every replica forgets it.
-/// One pass over the table per anti-entropy round.
-void refresh_or_expire(self_ptr self) {
+/// both older than the ttl becomes a tombstone, so every replica forgets it;
+/// a tombstone past its expiry is dropped. One pass over the table per
+/// anti-entropy round, in steps of refresh_slots
+/// slots: each step sends the next to the back of the mailbox, so the
+/// router's look-ups and the peers' messages wait for one step (about a
+/// millisecond), not for a pass over the whole table.
+void refresh_step(self_ptr self) {
+  const auto began = std::chrono::steady_clock::now();
   auto& st = self->state;
+  if (!st.refresh) return;
   const auto wall = actors::wall_now_ms();
   const auto steady = actors::now_ms();
   std::vector<entry> touch;
-  std::vector<std::string> expire;
-  st.table.for_each([&](const entry_view& e) {
+  std::vector<std::string> expire, forget;
+  st.refresh = st.table.for_each_step(*st.refresh, refresh_slots, [&](const entry_view& e) {
+    if (e.deleted && e.tombstone_expires_ms <= static_cast<std::uint64_t>(wall)) forget.emplace_back(e.key);
     const bool session = e.key.rfind("s/", 0) == 0;
     if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
-    const std::string id(e.key.substr(2));
+    const auto id = e.key.substr(2);
     auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
     const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
     const auto written = static_cast<std::int64_t>(e.time.wall_ms);
@@ -235,6 +263,34 @@ void refresh_or_expire(self_ptr self) {
     apply(st, *st.table.find(key));
     core::bump(core::global_metrics().cluster_entries_expired_total);
   }
+  for (const auto& key : forget) st.table.expire_tombstone(key, static_cast<std::uint64_t>(wall));
+  st.refresh_work += std::chrono::steady_clock::now() - began;
+  if (!st.refresh->done()) return self->send(self, refresh_atom::value);
+  st.refresh.reset();
+  auto& m = core::global_metrics();
+  m.refresh_pass.observe(m.decision_bounds_us, static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(st.refresh_work).count()));
+}
+
+/// How often a refresh pass starts: a sixteenth of the shorter ttl, between
+/// one anti-entropy round (2 s) and a minute. A touch thus comes at most that
+/// late after the quarter ttl that calls for it, well inside the ttl that
+/// binding_fate leaves, and a pass over a million bindings (about a second
+/// of one core) costs a replica a few percent of a core, not half of one.
+std::int64_t refresh_period_ms(const cluster_state& st) {
+  const auto period = std::min(st.session_ttl_ms, st.op_ttl_ms) / 16;
+  return std::clamp<std::int64_t>(period, std::chrono::milliseconds(anti_entropy_interval).count(), 60'000);
+}
+
+/// Starts a refresh pass when one is due and none is under way.
+void start_refresh(self_ptr self) {
+  auto& st = self->state;
+  const auto now = actors::now_ms();
+  if (st.refresh || (st.refresh_started_ms != 0 && now - st.refresh_started_ms < refresh_period_ms(st))) return;
+  st.refresh_started_ms = now;
+  st.refresh.emplace();
+  st.refresh_work = {};
+  refresh_step(self);
 }
 
 /// Merges entries from the peer that sent the current message: newest version
@@ -403,7 +459,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
             if (replaced) self->demonitor(replaced.address());
             self->monitor(sender);
             greet(self, sender);  // the other side learns us even if it did not dial
-            self->send(sender, digest_atom::value, digest_of(st.table));
+            if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(st.table));
             log().info("member_up node={} address={}", name, address);
             publish_members(self);
             break;
@@ -417,6 +473,12 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         // round), so each pushes what differs and each side is repaired.
         auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
         if (!sender || !st.repairing.insert(sender.address()).second) return {};  // one repair per peer at a time
+        // Until synced, this table is a partial copy of its sync source's:
+        // nothing in it is news to the others.
+        if (!st.synced && sender.address() != st.sync_source) {
+          st.repairing.erase(sender.address());
+          return {};
+        }
         send_repair(self, sender, differing_buckets(st.table.digest(), to_digest(theirs)), 0, true);
         return {};
       },
@@ -489,12 +551,12 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         forget_departed(self);
         auto digest = digest_of(st.table);
         for (const auto& [name, m] : st.members.members())
-          if (m.up) self->send(m.link, digest_atom::value, digest);
-        st.table.expire_tombstones(static_cast<std::uint64_t>(actors::wall_now_ms()));
-        refresh_or_expire(self);
+          if (m.up && asks_repair_from(self, m.link)) self->send(m.link, digest_atom::value, digest);
+        start_refresh(self);
         publish_view(self);
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
+      [=](refresh_atom) { refresh_step(self); },
       [=](ready_atom) { mark_ready(self, "sync wait over: no peer answered"); },
       [=](address_atom, const std::string& address) {
         auto& st = self->state;

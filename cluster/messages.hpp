@@ -21,6 +21,7 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;        // push the ou
 using dial_atom = caf::atom_constant<caf::atom("dial")>;          // dial the targets not connected
 using ae_atom = caf::atom_constant<caf::atom("ae")>;              // periodic anti-entropy
 using ready_atom = caf::atom_constant<caf::atom("ready")>;        // the sync wait is over
+using refresh_atom = caf::atom_constant<caf::atom("refresh")>;    // the next step of the refresh pass
 using address_atom = caf::atom_constant<caf::atom("address")>;    // where peers reach us, once bound
 using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // seed addresses found
 
@@ -38,7 +39,8 @@ using cluster_actor = actors::replication_actor::extend<
     caf::reacts_to<address_atom, std::string>,
     caf::reacts_to<resolved_atom, std::vector<std::string>>,
     // self-addressed
-    caf::reacts_to<flush_atom>, caf::reacts_to<dial_atom>, caf::reacts_to<ae_atom>, caf::reacts_to<ready_atom>>;
+    caf::reacts_to<flush_atom>, caf::reacts_to<dial_atom>, caf::reacts_to<ae_atom>, caf::reacts_to<ready_atom>,
+    caf::reacts_to<refresh_atom>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {

@@ -155,6 +155,17 @@ std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
   return removed;
 }
 
+bool replicated_table::expire_tombstone(std::string_view key, std::uint64_t now_wall_ms) {
+  const auto b = bucket_of(key);
+  const auto* it = shards_[b].find(key);
+  if (!it) return false;
+  const auto e = view(*it);
+  if (!e.deleted || e.tombstone_expires_ms > now_wall_ms) return false;
+  account(b, e.to_entry(), false);
+  shards_[b].erase(key);
+  return true;
+}
+
 std::vector<entry> replicated_table::all() const {
   std::vector<entry> out;
   out.reserve(size_);

@@ -98,6 +98,8 @@ class replicated_table {
 
   /// Drops tombstones whose expiry is at or before `now_wall_ms`; returns how many.
   std::size_t expire_tombstones(std::uint64_t now_wall_ms);
+  /// The same for one key (what a pass in steps found): whether it was dropped.
+  bool expire_tombstone(std::string_view key, std::uint64_t now_wall_ms);
 
   /// Entries held, tombstones included.
   std::size_t size() const { return size_; }
@@ -112,6 +114,28 @@ class replicated_table {
   template <class F>
   void for_each(F&& f) const {
     for (const auto& s : shards_) s.for_each([&](const shard::item& it) { f(view(it)); });
+  }
+
+  /// Where a pass over the table in steps (for_each_step) is.
+  struct cursor {
+    std::size_t shard = 0, slot = 0;
+    bool done() const { return shard >= digest_buckets; }
+  };
+
+  /// Calls `f(const entry_view&)` for the entries of about `slots` slots from
+  /// `at`, and returns where the next step starts. Between steps the table
+  /// may change: a pass then misses or revisits the entries a growth moved
+  /// (a periodic pass catches them the next time).
+  template <class F>
+  cursor for_each_step(cursor at, std::size_t slots, F&& f) const {
+    while (!at.done() && slots > 0) {
+      const auto& s = shards_[at.shard];
+      const std::size_t before = at.slot;
+      at.slot = s.for_each_slots(at.slot, slots, [&](const shard::item& it) { f(view(it)); });
+      slots -= std::min(slots, std::max<std::size_t>(at.slot - before, 1));
+      if (at.slot >= s.capacity()) at = {at.shard + 1, 0};
+    }
+    return at;
   }
 
   /// The digest bucket of `key`; the same on every replica.

@@ -73,6 +73,13 @@ void metrics::render(std::string& out) const {
   header(out, "cluster_replication_delay_seconds",
          "Time from a write at its replica to its arrival here, for entries pushed as deltas", "histogram");
   replication_delay.render(out, "cluster_replication_delay_seconds", "", replication_bounds_us, false);
+  header(out, "router_decision_seconds",
+         "Time a call waited for the router to place its new or rebound session", "histogram");
+  router_decision.render(out, "router_decision_seconds", "", decision_bounds_us, false);
+  header(out, "cluster_refresh_pass_seconds",
+         "Time of one refresh pass of the cluster actor over its table (touch bindings in use, expire the rest)",
+         "histogram");
+  refresh_pass.render(out, "cluster_refresh_pass_seconds", "", decision_bounds_us, false);
 }
 
 template <std::size_t N>

@@ -128,6 +128,16 @@ struct metrics {
       1000, 2000, 3000, 4000, 5000, 7500, 10000, 15000, 25000, 50000, 100000, 250000, 1000000, 5000000};
   histogram<replication_bounds_us.size()> replication_delay{};
 
+  /// How long a call waited for the router's placement of a new or rebound
+  /// session, from the ask to the answer on its worker
+  /// (scg_router_decision_seconds); and how long each pass of the cluster
+  /// actor over its table took (scg_cluster_refresh_pass_seconds: touching
+  /// bindings in use, expiring abandoned ones).
+  static constexpr std::array<std::uint64_t, 14> decision_bounds_us{
+      100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 2500000, 5000000};
+  histogram<decision_bounds_us.size()> router_decision{};
+  histogram<decision_bounds_us.size()> refresh_pass{};
+
   void observe_duration(rpc r, std::uint64_t us) {
     durations[static_cast<std::size_t>(r)].observe(duration_bounds_us, us);
   }

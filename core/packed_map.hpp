@@ -7,6 +7,7 @@
 // entry where std::unordered_map<std::string, V> takes about 140. Not
 // thread-safe: callers lock.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -99,6 +100,21 @@ class packed_map {
     for (const auto& slot : slots_)
       if (slot) f(*slot);
   }
+
+  /// Calls `f(item&)` for the entries in slots [from, from + slots), as
+  /// for_each; returns the slot after the last one visited (capacity() once
+  /// past the end). A pass resumed across changes may miss or revisit
+  /// entries that a growth moved.
+  template <class F>
+  std::size_t for_each_slots(std::size_t from, std::size_t slots, F&& f) const {
+    const std::size_t end = std::min(slots_.size(), from + slots);
+    for (std::size_t i = from; i < end; ++i)
+      if (slots_[i]) f(*slots_[i]);
+    return std::max(from, end);
+  }
+
+  /// The slots (entries and empty ones) the map has.
+  std::size_t capacity() const { return slots_.size(); }
 
   std::size_t size() const { return used_; }
 

@@ -603,10 +603,17 @@ class forward_call final : public h2::server_stream,
   }
 
   /// A router callback that continues this call on its worker.
+  /// The wait, from the ask to the answer here, is scg_router_decision_seconds.
   std::function<void(actors::route_result)> answer_on_worker() {
-    return [self = shared_from_this()](actors::route_result r) {
+    return [self = shared_from_this(), asked = std::chrono::steady_clock::now()](actors::route_result r) {
       auto& w = self->w_;
-      w.post([self, r = std::move(r)] { self->on_route(r); });
+      w.post([self, asked, r = std::move(r)] {
+        auto& m = core::global_metrics();
+        const auto waited = std::chrono::steady_clock::now() - asked;
+        m.router_decision.observe(m.decision_bounds_us, static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(waited).count()));
+        self->on_route(r);
+      });
     };
   }
 

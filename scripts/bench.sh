@@ -19,6 +19,9 @@
 # path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS (0: no cluster phase),
 # BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
+# BENCH_DECISION_RATE and BENCH_DECISION_SECS (the new sessions/s sent to the seed
+# replica while its placement decisions are timed, during a refresh pass and
+# during the full sync; default 200/s for 10 s),
 # BENCH_PATHS (default "direct scg nginx haproxy"; "direct scg before nginx haproxy"
 # with BENCH_SCG_BEFORE), BENCH_SCG_BEFORE (another scg binary: the path "before",
 # started like scg with the same YAML in front of the same fake, on its own ports,
@@ -59,6 +62,8 @@ REPL_SESSIONS=${BENCH_REPL_SESSIONS:-${defaults[6]}}
 REPLICAS=${BENCH_REPLICAS:-3}
 REPL_RATE=${BENCH_REPL_RATE:-1000}
 REPL_RATE_SECS=${BENCH_REPL_RATE_SECS:-${defaults[8]}}
+DECISION_RATE=${BENCH_DECISION_RATE:-200}
+DECISION_SECS=${BENCH_DECISION_SECS:-10}
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 default_paths="direct scg nginx haproxy"
@@ -79,7 +84,7 @@ die() {
 }
 
 for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS \
-  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SOAK_SECS; do
+  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES DECISION_RATE DECISION_SECS SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
@@ -785,19 +790,46 @@ bytes_received() {
     END { print sum + 0 }'
 }
 
-# delay_buckets ADMIN_PORT: the replica's scg_cluster_replication_delay_seconds
-# buckets as a JSON array of [le, cumulative count].
+# delay_buckets ADMIN_PORT [HISTOGRAM]: the replica's buckets of HISTOGRAM
+# (default scg_cluster_replication_delay_seconds) as a JSON array of
+# [le, cumulative count].
 delay_buckets() {
+  local name=${2:-scg_cluster_replication_delay_seconds}
   printf '[%s]' "$(admin_get "$1" /metrics |
-    sed -n 's/^scg_cluster_replication_delay_seconds_bucket{le="\([^"]*\)"} \([0-9]*\)$/["\1",\2]/p' | paste -sd,)"
+    sed -n "s/^${name}_bucket{le=\"\([^\"]*\)\"} \([0-9]*\)\$/[\"\1\",\2]/p" | paste -sd,)"
+}
+
+# decisions PHASE ADMIN_PORT GRPC_PORT CMD...: DECISION_RATE new sessions/s for
+# DECISION_SECS through one replica while CMD runs (or only the load, when CMD
+# is "-"), with that replica's scg_router_decision_seconds and
+# scg_cluster_refresh_pass_seconds buckets before and after, as a "decisions"
+# record: how long placement waited while the cluster actor was busy.
+decisions() {
+  local phase=$1 admin=$2 port=$3 load_pid d0 d1 r0 r1
+  shift 3
+  d0=$(delay_buckets "$admin" scg_router_decision_seconds) r0=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
+  timeout --kill-after=5 300 "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" \
+    --count $((DECISION_RATE * DECISION_SECS)) --rate "$DECISION_RATE" --concurrency 16 \
+    >"$WORK/decisions-$phase.json" 2>>"$WORK/bench-client.log" &
+  load_pid=$!
+  CHILDREN+=("$load_pid")
+  [[ $1 == - ]] || "$@"
+  wait "$load_pid" || die "the decision load ($phase) failed: $(cat "$WORK/decisions-$phase.json")"
+  forget_child "$load_pid"
+  d1=$(delay_buckets "$admin" scg_router_decision_seconds) r1=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
+  printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
+    "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * DECISION_SECS)) \
+    "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$d1" "$r0" "$r1" >>"$RAW"
+  log "decisions during $phase: $(cat "$WORK/decisions-$phase.json")"
 }
 
 # open_sessions TAG GRPC_PORT COUNT [--rate R]: COUNT new sessions through one
-# replica (scg-bench sessions), its JSON line in $WORK/TAG.json; dies on failure.
+# replica (scg-bench sessions), its JSON line in $WORK/TAG.json; dies on failure
+# or after 600 s plus 1 s per thousand sessions.
 open_sessions() {
   local tag=$1 port=$2 count=$3
   shift 3
-  run_bounded 600 "$WORK/$tag.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" --count "$count" \
+  run_bounded $((600 + count / 1000)) "$WORK/$tag.json" "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" --count "$count" \
     --concurrency "$SESSION_CONCURRENCY" "$@" || die "opening $count sessions ($tag) failed: $(cat "$WORK/$tag.json")"
 }
 
@@ -825,7 +857,11 @@ wait_sessions() {
 #  3. full sync: sessions opened until the table holds SYNC_ENTRIES, then one
 #     more replica, seeded from replica 1, joins: time from its start to ready,
 #     bytes it received from peers until then, and its RSS over the RSS replica 2
-#     had when it had just joined the empty cluster.
+#     had when it had just joined the empty cluster;
+#  4. decisions: DECISION_RATE new sessions/s on replica 1 (the seed) for
+#     DECISION_SECS at full size, once with nothing else going on (its refresh
+#     passes over the whole table run every 2 s) and once while the joining
+#     replica of step 3 syncs from it; the wait for each placement decision.
 cluster_bench() {
   local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss empty_heap
   for ((r = 1; r <= REPLICAS; r++)); do
@@ -883,17 +919,23 @@ cluster_bench() {
   n=$(replica_sessions "${admins[0]}")
   [[ -n $(wait_sessions "${admins[$((REPLICAS - 1))]}" "$n") ]] || log "WARNING: replica $REPLICAS never held all $n sessions"
   local joiner ready_s="" received total rss i
-  t0=$(now_s)
-  start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
-    "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
-  joiner=$STARTED_PID
-  for ((i = 0; i < 3000; i++)); do
-    if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then
-      ready_s=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }')
-      break
-    fi
-    sleep 0.01
-  done
+  # 4 (first half). The seed's placement decisions during a refresh pass at
+  # full size, with nothing else going on, then during the sync below.
+  decisions refresh "${admins[0]}" "$grpc1" -
+  join_replica() {
+    t0=$(now_s)
+    start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
+      "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
+    joiner=$STARTED_PID
+    for ((i = 0; i < 3000; i++)); do
+      if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then
+        ready_s=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }')
+        break
+      fi
+      sleep 0.01
+    done
+  }
+  decisions sync "${admins[0]}" "$grpc1" join_replica
   received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
   [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
   sleep 3 # every peer's sync reply has arrived and been freed

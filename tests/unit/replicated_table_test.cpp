@@ -166,6 +166,24 @@ TEST_CASE("a tombstone beats an older binding and expires after its ttl", "[tabl
   CHECK(t.digest() == bucket_digest{});
 }
 
+TEST_CASE("a tombstone found by a pass in steps is dropped once expired, a live entry never", "[table]") {
+  replicated_table t;
+  t.erase("s/k", ver(200, "a"), 1000, 5000);  // expires at 6000
+  t.merge(live("s/live", "b1", ver(300, "a")));
+  const auto with_live = t.digest();
+  CHECK_FALSE(t.expire_tombstone("s/k", 5999));
+  CHECK_FALSE(t.expire_tombstone("s/live", 1u << 30));
+  CHECK_FALSE(t.expire_tombstone("s/absent", 1u << 30));
+  CHECK(t.expire_tombstone("s/k", 6000));
+  CHECK_FALSE(t.find("s/k"));
+  CHECK(t.size() == 1);
+  CHECK(t.live_count() == 1);
+  CHECK(t.digest() != with_live);  // the tombstone's share of its bucket is gone
+  replicated_table only_live;
+  only_live.merge(live("s/live", "b1", ver(300, "a")));
+  CHECK(t.digest() == only_live.digest());
+}
+
 TEST_CASE("a binding newer than a tombstone brings the key back", "[table]") {
   replicated_table t;
   t.erase("s/k", ver(200, "a"), 1000, 0);  // a delete of a key never seen
@@ -399,4 +417,37 @@ TEST_CASE("a live operation keeps its start through writes, merges and touches",
   CHECK(gone.tombstone_expires_ms == 6000);
   CHECK(gone.started_ms == 0);
   CHECK(t.find("o/op")->tombstone_expires_ms == 6000);
+}
+
+TEST_CASE("a pass in steps visits every entry once, whatever the step size", "[replicated_table]") {
+  replicated_table t;
+  for (int i = 0; i < 5000; ++i) t.merge(live("s/k" + std::to_string(i), "b", ver(1000 + i, "n1")));
+  t.merge(tombstone("s/gone", ver(9000, "n1"), 99999));
+  for (std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{1} << 20}) {
+    std::map<std::string, int> seen;
+    replicated_table::cursor at;
+    int steps = 0;
+    while (!at.done() && steps < 1'000'000) {
+      at = t.for_each_step(at, step, [&](const entry_view& e) { ++seen[std::string(e.key)]; });
+      ++steps;
+    }
+    INFO("step " << step << ", " << steps << " steps");
+    REQUIRE(at.done());
+    REQUIRE(seen.size() == 5001);
+    REQUIRE(std::all_of(seen.begin(), seen.end(), [](const auto& kv) { return kv.second == 1; }));
+    if (step == 4096) REQUIRE(steps > 1);  // a large table takes several steps
+  }
+}
+
+TEST_CASE("a pass in steps over an empty table ends at once", "[replicated_table]") {
+  replicated_table t;
+  int visited = 0, steps = 0;
+  replicated_table::cursor at;
+  while (!at.done() && steps < 1000) {
+    at = t.for_each_step(at, 16, [&](const entry_view&) { ++visited; });
+    ++steps;
+  }
+  REQUIRE(at.done());
+  REQUIRE(visited == 0);
+  REQUIRE(steps <= 64 / 16 + 1);
 }

@@ -34,6 +34,7 @@ using json = nlohmann::ordered_json;
 //   {"kind":"memory", "path":P, "max_rss_kib":..., "hwm_kib":...}   a middle box under load
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
 //   {"kind":"replication", "replicas", "sessions", "errors", "open_s", "visible_s"}
+//   {"kind":"decisions", "phase", "entries", "rate", "errors", "before", "after", "refresh_before", "refresh_after"}
 //   {"kind":"soak_sample", "t_s", "rss_kib"} and {"kind":"soak", "seconds", ...}
 //   {"kind":"stalled", "round":R, "stream_window_bytes", <stalled line>, <cpu fields>}
 //     one per N of BENCH_STALLED and round, on a fresh scg; "error" instead when
@@ -282,6 +283,7 @@ struct raw_records {
   std::map<std::string, json> memory;  ///< by path
   std::vector<json> soak_samples;
   std::vector<json> stalled;  ///< stalled-readers runs, every N and round
+  std::vector<json> decisions;  ///< placement decisions timed at full size, by phase
   std::vector<case_runs> cases;
 };
 
@@ -310,6 +312,7 @@ std::optional<raw_records> read_raw(const std::string& raw_path) {
     else if (kind == "soak") out.soak = record;
     else if (kind == "soak_sample") out.soak_samples.push_back(record);
     else if (kind == "stalled") out.stalled.push_back(record);
+    else if (kind == "decisions") out.decisions.push_back(record);
     else if (kind == "memory" && record.contains("path")) out.memory[record.value("path", "")] = record;
     else if (kind == "memory")  // before the other paths existed
       out.memory["scg"] = {{"max_rss_kib", num(record, "scg_max_rss_kib")}, {"hwm_kib", num(record, "scg_hwm_kib")}};
@@ -781,6 +784,23 @@ int run_report(cli_args& args) {
                                fixed(heap / 1048576, 1) + " − " + fixed(empty_heap / 1048576, 1) + " MiB = " +
                                    fixed((heap - empty_heap) / entries, 0) + " bytes"});
     }
+  }
+  for (const auto& d : raw.decisions) {
+    const auto waits = bucket_delta(d.value("before", json::array()), d.value("after", json::array()));
+    const auto passes = bucket_delta(d.value("refresh_before", json::array()), d.value("refresh_after", json::array()));
+    const double p50 = bucket_quantile(waits, 0.5) * 1000, p99 = bucket_quantile(waits, 0.99) * 1000;
+    const double pass_p99 = bucket_quantile(passes, 0.99) * 1000;
+    const double decided = waits.empty() ? 0 : waits.back().second, pass_count = passes.empty() ? 0 : passes.back().second;
+    const auto phase = d.value("phase", "");
+    report["decisions"][phase] = {{"entries", num(d, "entries")}, {"rate", num(d, "rate")},
+                                  {"errors", num(d, "errors")},   {"decided", decided},
+                                  {"p50_ms", round_to(p50, 2)},   {"p99_ms", round_to(p99, 2)},
+                                  {"refresh_passes", pass_count}, {"refresh_pass_p99_ms", round_to(pass_p99, 1)}};
+    resource_rows.push_back({"placement decision at the seed during " + phase + ", p50 / p99",
+                             fixed(p50, 2) + " / " + fixed(p99, 2) + " ms (" + fixed(decided, 0) + " decisions, " +
+                                 fixed(num(d, "rate"), 0) + "/s, " + fixed(num(d, "entries"), 0) + " bindings, " +
+                                 fixed(num(d, "errors"), 0) + " errors; " + fixed(pass_count, 0) +
+                                 " refresh passes, p99 " + fixed(pass_p99, 0) + " ms)"});
   }
   if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
   if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
