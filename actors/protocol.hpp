@@ -45,6 +45,7 @@ using erase_atom = caf::atom_constant<caf::atom("erase")>;        // replicate a
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a replicated binding, by key
 using expire_atom = caf::atom_constant<caf::atom("expire")>;      // the router's sweep saw a session idle
 using tick_atom = caf::atom_constant<caf::atom("tick")>;          // a self-addressed timer
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // the next step of a sweep
 using probe_atom = caf::atom_constant<caf::atom("probe")>;        // time to probe the backend
 using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's outcome
 
@@ -91,7 +92,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<forget_atom, std::string>,                                         // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1
-    caf::reacts_to<tick_atom>>;
+    caf::reacts_to<tick_atom>, caf::reacts_to<sweep_atom>>;
 
 /// One session with live operations (spawned by the router).
 using session_actor = caf::typed_actor<caf::reacts_to<op_atom, std::string>,       // op id

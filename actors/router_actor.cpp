@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
@@ -21,6 +24,8 @@ struct router_state {
   backend_list backends;
   std::uint64_t cursor = 0;
   std::uint64_t ticks = 0;
+  /// The idle-session sweep under way: the next bucket of `sessions` it looks at.
+  std::optional<std::size_t> sweep_bucket;
   bool accepting = true;
   /// This replica's sessions; the actor is null while a session is idle
   /// (no live operations): an idle session costs its key here and its binding.
@@ -38,6 +43,7 @@ struct router_state {
 namespace {
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also paces session sweeps
+constexpr std::size_t sweep_buckets = 2048;  // buckets of the session directory per sweep step
 
 /// True when `backend` is in `pool` (nullptr: every backend is). A pool entry
 /// NAME also covers the NAME@ADDRESS backends of a `resolve: all` entry.
@@ -233,6 +239,38 @@ void resolve_new(self_ptr self, const std::string& key, const route_callback& do
   if (auto refused = refuse_new(st, key)) return done(*refused);
   if (st.cluster && !st.member_names.empty()) return resolve_in_cluster(self, key, done);
   done(decide_here(self, key));
+}
+
+/// One step of the idle-session sweep: the sessions in sweep_buckets
+/// buckets of the directory. Each step sends the next to the back of the
+/// mailbox, so placement waits for one step, not for a pass over a million
+/// sessions. A rehash between steps moves sessions between buckets: the
+/// sweep may miss some, which the next one catches.
+void sweep_step(self_ptr self) {
+  auto& st = self->state;
+  if (!st.sweep_bucket) return;
+  const auto now = now_ms();
+  const std::size_t end = std::min(st.sessions.bucket_count(), *st.sweep_bucket + sweep_buckets);
+  std::vector<std::string> idle;
+  for (std::size_t b = *st.sweep_bucket; b < end; ++b)
+    for (auto it = st.sessions.begin(b); it != st.sessions.end(b); ++it) {
+      auto last = st.table->session_last_seen(it->first);
+      if (last && now - *last < st.settings.session_ttl_ms) continue;
+      if (it->second) {
+        self->send(it->second, expire_atom::value);  // it checks again and forgets its operations
+      } else {
+        spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
+        idle.push_back(it->first);
+      }
+    }
+  for (const auto& key : idle)
+    if (auto it = st.sessions.find(key); it != st.sessions.end()) {
+      core::bump(core::global_metrics().router_sessions_expired_total);
+      forget_idle(self, it);
+    }
+  if (end >= st.sessions.bucket_count()) return st.sweep_bucket.reset();
+  st.sweep_bucket = end;
+  self->send(self, sweep_atom::value);
 }
 
 router_actor::behavior_type router_behavior(self_ptr self, router_settings settings,
@@ -470,22 +508,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // One sweep for all sessions instead of a timer per session actor:
         // a timer costs more memory per idle session than the actor's state.
         const auto every = std::clamp<std::int64_t>(st.settings.session_ttl_ms / 4000, 1, 10);
-        if (st.ticks++ % static_cast<std::uint64_t>(every) == 0) {
-          for (auto it = st.sessions.begin(); it != st.sessions.end();) {
-            auto cur = it++;
-            auto last = st.table->session_last_seen(cur->first);
-            if (last && now - *last < st.settings.session_ttl_ms) continue;
-            if (cur->second) {
-              self->send(cur->second, expire_atom::value);  // it checks again and forgets its operations
-            } else {
-              spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
-              core::bump(core::global_metrics().router_sessions_expired_total);
-              forget_idle(self, cur);
-            }
-          }
+        if (st.ticks++ % static_cast<std::uint64_t>(every) == 0 && !st.sweep_bucket) {
+          st.sweep_bucket = 0;
+          sweep_step(self);
         }
         self->delayed_send(self, op_sweep_interval, tick_atom::value);
       },
+      [=](sweep_atom) { sweep_step(self); },
   };
 }
 
