@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -43,6 +44,7 @@ constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 2048;    // entries per repair message, about
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr auto repair_timeout = 30s;        // for the peer to take one
+constexpr int repair_window = 2;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
@@ -187,28 +189,49 @@ bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
   return d;
 }
 
-/// Sends `peer` this replica's entries of `buckets` from `next` on: whole
-/// buckets, about sync_chunk entries per message, each message only once the
-/// peer acknowledged the one before. A full sync of a large table thus holds a
-/// message's worth of buffer on either side (CAF keeps a connection's buffer
-/// at the largest size it ever had), and deltas do not queue behind megabytes
-/// of repair. `sync_reply` (the peer may report ready) rides on the last one.
-void send_repair(self_ptr self, const cluster_actor& peer, std::vector<std::size_t> buckets, std::size_t next,
-                 bool sync_reply) {
-  std::vector<entry> part;
-  while (next < buckets.size() && part.size() < sync_chunk) {
-    auto more = self->state.table.bucket_entries(buckets[next++]);
-    part.insert(part.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
-  }
-  const bool last = next == buckets.size();
+/// A repair under way to one peer: the buckets it sends, the next one, and
+/// the messages the peer has not acknowledged yet.
+struct repair_job {
+  std::vector<std::size_t> buckets;
+  bool sync_reply = false;  // the peer may report ready after the last message
+  std::size_t next = 0;
+  int in_flight = 0;
+  bool sent_last = false;
+  bool failed = false;
+};
+
+/// Sends `peer` this replica's entries of the job's buckets: whole buckets,
+/// about sync_chunk entries per message, at most repair_window messages the
+/// peer has not acknowledged. A full sync of a large table thus holds a few
+/// messages' worth of buffer on either side (CAF keeps a connection's buffer
+/// at the largest size it ever had), deltas do not queue behind megabytes of
+/// repair, and the peer merges one message while the next is built and sent.
+/// `sync_reply` rides on the last message; a table that agrees sends one
+/// empty message.
+void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr<repair_job>& job) {
   auto done = [self, peer] { self->state.repairing.erase(peer.address()); };
-  self->request(peer, repair_timeout, entries_atom::value, std::move(part), sync_reply && last)
-      .then(
-          [=](ack_atom) {
-            if (last) return done();
-            send_repair(self, peer, buckets, next, sync_reply);
-          },
-          [=](const caf::error&) { done(); });  // the peer went away: the next round repairs
+  while (!job->failed && !job->sent_last && job->in_flight < repair_window) {
+    std::vector<entry> part;
+    while (job->next < job->buckets.size() && part.size() < sync_chunk) {
+      auto more = self->state.table.bucket_entries(job->buckets[job->next++]);
+      part.insert(part.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    }
+    job->sent_last = job->next == job->buckets.size();
+    ++job->in_flight;
+    self->request(peer, repair_timeout, entries_atom::value, std::move(part), job->sync_reply && job->sent_last)
+        .then(
+            [=](ack_atom) {
+              --job->in_flight;
+              if (job->failed) return;
+              if (job->sent_last && job->in_flight == 0) return done();
+              send_repair(self, peer, job);
+            },
+            [=](const caf::error&) {  // the peer went away: the next round repairs
+              if (job->failed) return;
+              job->failed = true;
+              done();
+            });
+  }
 }
 
 /// Versions and applies a local write, and queues it for the peers.
@@ -479,7 +502,10 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
           st.repairing.erase(sender.address());
           return {};
         }
-        send_repair(self, sender, differing_buckets(st.table.digest(), to_digest(theirs)), 0, true);
+        auto job = std::make_shared<repair_job>();
+        job->buckets = differing_buckets(st.table.digest(), to_digest(theirs));
+        job->sync_reply = true;
+        send_repair(self, sender, job);
         return {};
       },
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) -> caf::result<ack_atom> {
