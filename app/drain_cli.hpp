@@ -27,7 +27,7 @@ std::variant<drain_args, std::string> parse_drain_args(const std::vector<std::st
 /// Runs the command; prints progress to `out`, problems to `err`. Exit codes:
 /// 0 done (with --wait: idle, safe to stop), 1 --wait timed out (the line
 /// names what still holds the backend), 3 the admin API cannot be reached or
-/// refused the request (unknown backend, …).
+/// refused the request (unknown backend, …), or the backend was undrained while waiting.
 int run_drain(const drain_args& a, std::ostream& out, std::ostream& err);
 
 /// The usage lines of the drain command.
