@@ -4,6 +4,7 @@
 // them without an actor round trip, and scg's own calls to the backend (health
 // probes, holder searches, interrupts) use its gRPC channel.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/drain_status.hpp"
 #include "actors/session_table.hpp"
 
 namespace grpc {
@@ -59,6 +61,31 @@ struct backend_state {
     poll_error_ = std::move(why);
   }
 
+  /// What peer replicas last reported of their activity on it while it is
+  /// drained (replicated "a/" keys; actors/drain_status.hpp), by node.
+  struct peer_activity {
+    std::string node;
+    activity report;
+    std::int64_t written_wall_ms = 0;
+  };
+  std::vector<peer_activity> peer_reports() const {
+    std::lock_guard lock{note_mu_};
+    return peer_reports_;
+  }
+  /// Records `node`'s report, or forgets it (nullopt: retracted).
+  void set_peer_report(const std::string& node, std::optional<activity> report, std::int64_t written_wall_ms) {
+    std::lock_guard lock{note_mu_};
+    auto it = std::find_if(peer_reports_.begin(), peer_reports_.end(),
+                           [&](const peer_activity& p) { return p.node == node; });
+    if (!report) {
+      if (it != peer_reports_.end()) peer_reports_.erase(it);
+    } else if (it == peer_reports_.end()) {
+      peer_reports_.push_back({node, *report, written_wall_ms});
+    } else {
+      *it = {node, *report, written_wall_ms};
+    }
+  }
+
   backend_state(std::string n, std::string a, std::string u);
   ~backend_state();
   backend_state(const backend_state&) = delete;
@@ -67,6 +94,7 @@ struct backend_state {
  private:
   mutable std::mutex note_mu_;
   std::string poll_error_;
+  std::vector<peer_activity> peer_reports_;
 };
 
 /// Every backend this replica has known since it started, shared by the

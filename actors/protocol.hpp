@@ -31,6 +31,7 @@ using release_atom = caf::atom_constant<caf::atom("release")>;    // a session r
 using closing_atom = caf::atom_constant<caf::atom("closing")>;    // the replica drains: no new sessions
 using drain_atom = caf::atom_constant<caf::atom("drain")>;        // drain or undrain one backend
 using backend_atom = caf::atom_constant<caf::atom("backend")>;    // a backend joined the running set
+using activity_atom = caf::atom_constant<caf::atom("activity")>;  // this replica's report on a drained backend
 using owner_atom = caf::atom_constant<caf::atom("owner")>;        // does this replica own the key?
 using health_atom = caf::atom_constant<caf::atom("health")>;      // a backend's probe verdict changed
 using load_atom = caf::atom_constant<caf::atom("load")>;          // a backend's utilization, polled
@@ -80,6 +81,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<closing_atom>,
     caf::reacts_to<drain_atom, std::string, bool>,  // backend name, on
     caf::reacts_to<backend_atom, std::string>,      // backend name
+    caf::reacts_to<activity_atom, std::string, std::string>,  // backend name, encode_activity ("" retracts)
     // from the backend and load-poller actors
     caf::replies_to<owner_atom, std::string>::with<bool>,  // replicated key ("h/NAME", "l/NAME")
     caf::reacts_to<health_atom, std::string, bool>,        // backend name, healthy

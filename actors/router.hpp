@@ -79,6 +79,10 @@ class router {
   /// backend takes no new sessions; its sessions and operations continue.
   void set_draining(std::string name, bool on) const;
 
+  /// Publishes this replica's activity on drained backend `name` to every
+  /// replica (`report`: encode_activity); an empty `report` retracts it.
+  void publish_activity(std::string name, std::string report) const;
+
   /// Starts the actors of backend `index`, just added to the shared
   /// backend_list (reload or DNS), and has the cluster apply what peers
   /// already said of it (drain, health, load, bindings).

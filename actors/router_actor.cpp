@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/drain_status.hpp"
 #include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
 #include "core/rendezvous.hpp"
@@ -500,6 +501,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         else
           replicate(self, erase_atom::value, "d/" + name);
       },
+      [=](activity_atom, const std::string& name, const std::string& report) {
+        const auto key = activity_key(self->state.settings.node_name, name);
+        if (report.empty())
+          replicate(self, erase_atom::value, key);
+        else
+          replicate_put(self, key, report);
+      },
       [=](tick_atom) {
         auto& st = self->state;
         const auto now = now_ms();
@@ -609,6 +617,10 @@ void router::session_released(std::string key) const {
 const router_ref& router::actor() const { return impl_->actor; }
 
 void router::stop_new_sessions() const { caf::anon_send(impl_->actor.handle, closing_atom::value); }
+
+void router::publish_activity(std::string name, std::string report) const {
+  caf::anon_send(impl_->actor.handle, activity_atom::value, std::move(name), std::move(report));
+}
 
 void router::set_draining(std::string name, bool on) const {
   caf::anon_send(impl_->actor.handle, drain_atom::value, std::move(name), on);

@@ -179,6 +179,14 @@ std::optional<clock_ms> session_table::op_last_seen(std::string_view op_id) cons
   return it->second.last_seen.load(std::memory_order_relaxed);
 }
 
+std::optional<backend_index> session_table::op_backend(const std::string& op_id) const {
+  auto& s = op_shards_[shard_of(op_id)];
+  std::shared_lock lock{s.mutex};
+  auto it = s.map.find(op_id);
+  if (it == s.map.end()) return std::nullopt;
+  return it->second.op.backend;
+}
+
 bool session_table::has_op(const std::string& op_id) const {
   auto& s = op_shards_[shard_of(op_id)];
   std::shared_lock lock{s.mutex};
@@ -217,6 +225,22 @@ std::vector<std::size_t> session_table::sessions_per_backend(std::size_t count) 
   out.reserve(count);
   for (std::size_t i = 0; i < count; ++i) out.push_back(per_backend_[i].load(std::memory_order_relaxed));
   return out;
+}
+
+std::pair<std::size_t, clock_ms> session_table::recent_sessions(backend_index backend, clock_ms since) const {
+  std::size_t n = 0;
+  clock_ms newest = 0;
+  for (const auto& s : session_shards_) {
+    std::shared_lock lock{s.mutex};
+    s.map.for_each([&](const auto& it) {
+      if (it.value.backend != backend) return;
+      const auto seen = it.value.last_seen.load(std::memory_order_relaxed);
+      if (seen <= 0) return;  // learned from a peer, never used here: the peer reports it
+      newest = std::max(newest, seen);
+      if (seen >= since) ++n;
+    });
+  }
+  return {n, newest};
 }
 
 std::size_t session_table::sessions_on(backend_index backend) const {

@@ -76,6 +76,9 @@ class session_table {
   /// Last-seen time of `op_id`, nullopt when not indexed.
   std::optional<clock_ms> op_last_seen(std::string_view op_id) const;
 
+  /// The backend that runs `op_id`, nullopt when not indexed (does not refresh it).
+  std::optional<backend_index> op_backend(const std::string& op_id) const;
+
   /// True when `op_id` is indexed (does not refresh it).
   bool has_op(const std::string& op_id) const;
 
@@ -95,6 +98,11 @@ class session_table {
 
   /// Sessions bound to `backend` on this replica.
   std::size_t sessions_on(backend_index backend) const;
+
+  /// Sessions bound to `backend` and used on this replica at or after
+  /// `since`, and the newest such use (0: none). One shared-locked pass
+  /// over every shard: for the admin API and drain reports, not the data path.
+  std::pair<std::size_t, clock_ms> recent_sessions(backend_index backend, clock_ms since) const;
 
   /// Sessions of `tenant` in the table (the whole cluster's, replicated).
   std::size_t sessions_of_tenant(const std::string& tenant) const;

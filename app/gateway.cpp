@@ -13,9 +13,12 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <mutex>
 
 #include "actors/backend_set.hpp"
+#include "actors/drain_status.hpp"
+#include "config/file_watch.hpp"
 #include "actors/router.hpp"
 #include "core/allocator.hpp"
 #include "auth/authenticator.hpp"
@@ -26,6 +29,7 @@
 #include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
+#include "net/drain_report.hpp"
 #include "net/front_door.hpp"
 
 namespace scg::app {
@@ -112,7 +116,8 @@ class backend_keeper {
     }
   }
 
-  /// SIGHUP: reads `path` again; a file that does not parse changes nothing.
+  /// SIGHUP (or the watched file changed): reads `path` again; a file that
+  /// does not parse changes nothing.
   void reload(const std::string& path, const actors::router& router) {
     auto loaded = config::load(path);
     if (auto* err = std::get_if<config::error>(&loaded)) {
@@ -171,19 +176,70 @@ class backend_keeper {
   std::shared_ptr<spdlog::logger> log_ = spdlog::get("main");
 };
 
+/// While a backend is drained, publishes this replica's activity on it to
+/// its peers (when it changes, and every activity_refresh_ms so they know
+/// the report is current); retracts it on undrain. Main thread only.
+class drain_reporter {
+ public:
+  drain_reporter(actors::backend_list backends, std::shared_ptr<actors::session_table> table,
+                 const net::execution_ledger& executions, std::int64_t idle_ms, const actors::router& router)
+      : backends_(std::move(backends)), table_(std::move(table)), executions_(executions), idle_ms_(idle_ms),
+        router_(router) {}
+
+  void tick() {
+    const auto now = actors::wall_now_ms();
+    for (std::size_t i = 0; i < backends_.size(); ++i) {
+      const auto& b = *backends_[i];
+      if (actors::find_backend(backends_, b.name) != i) continue;  // superseded by a newer entry
+      auto it = sent_.find(b.name);
+      if (!b.draining.load()) {
+        if (it == sent_.end()) continue;
+        router_.publish_activity(b.name, "");
+        sent_.erase(it);
+        continue;
+      }
+      auto a = net::local_activity(backends_, *table_, executions_, static_cast<actors::backend_index>(i), idle_ms_);
+      if (it != sent_.end() && it->second.first == a && now - it->second.second < actors::activity_refresh_ms)
+        continue;
+      router_.publish_activity(b.name, actors::encode_activity(a));
+      sent_[b.name] = {a, now};
+    }
+  }
+
+ private:
+  actors::backend_list backends_;
+  std::shared_ptr<actors::session_table> table_;
+  const net::execution_ledger& executions_;
+  std::int64_t idle_ms_;
+  const actors::router& router_;
+  std::map<std::string, std::pair<actors::activity, std::int64_t>> sent_;  // by backend: report, when
+};
+
 /// Waits for SIGTERM or SIGINT and returns it; meanwhile reloads the backend
-/// set on SIGHUP, re-resolves `resolve: all` names when due and lets the
-/// authenticator refresh OIDC keys (off the request path).
+/// set on SIGHUP or when `watch` sees the file change (every `watch_secs`),
+/// re-resolves `resolve: all` names when due, publishes drain reports and
+/// lets the authenticator refresh OIDC keys (off the request path).
 int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path, const actors::router& router,
-                         auth::authenticator& auth) {
+                         auth::authenticator& auth, config::file_watch* watch, int watch_secs,
+                         drain_reporter* reporter) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   auto next_refresh = std::chrono::steady_clock::now();
+  auto next_watch = next_refresh + std::chrono::seconds(watch_secs);
   for (;;) {
     if (auto release = core::allocator().release_freed) release();
     auth.tick();
     keeper.take_discovered(router);
+    if (reporter) reporter->tick();
+    if (watch && std::chrono::steady_clock::now() >= next_watch) {
+      next_watch = std::chrono::steady_clock::now() + std::chrono::seconds(watch_secs);
+      if (watch->changed()) {
+        spdlog::get("main")->info("config_file_changed file={} reason=\"reload.watch_secs saw new contents\"",
+                                  config_path);
+        keeper.reload(config_path, router);
+      }
+    }
     if (auto every = keeper.refresh_secs()) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_refresh) {
@@ -195,10 +251,12 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
     int sig = sigtimedwait(&set, nullptr, &wait);
     if (sig < 0) continue;  // a second passed (EAGAIN) or a signal interrupted the wait
     if (sig != SIGHUP) return sig;
-    if (config_path.empty())
+    if (config_path.empty()) {
       spdlog::get("main")->warn("sighup_ignored reason=\"no configuration file to reload\"");
-    else
+    } else {
+      if (watch) watch->rebase();  // what SIGHUP reads, the watch has seen
       keeper.reload(config_path, router);
+    }
   }
 }
 
@@ -281,6 +339,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   view.table = table;
   view.policy = actors::make_policy(cfg.placement);
   view.set_draining = [&router](const std::string& name, bool on) { router.set_draining(name, on); };
+  view.executions = &fx.executions;
+  view.drain_idle_ms = std::int64_t{cfg.drain.idle_secs} * 1000;
   int cluster_port = 0;
   if (cfg.cluster) {
     view.node_name = cfg.cluster->node_name;
@@ -307,7 +367,17 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
           *cfg.backend_discovery, [&keeper](std::vector<actors::backend_spec> specs) {
             keeper.post_discovered(std::move(specs));
           });
-    int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator);
+    std::unique_ptr<config::file_watch> watch;
+    if (!config_path.empty() && cfg.reload.watch_secs > 0) {
+      watch = std::make_unique<config::file_watch>(config_path);
+      log->info("config_watch file={} every_secs={}", config_path, cfg.reload.watch_secs);
+    }
+    // Reports go to peers: a single replica counts only its own.
+    std::unique_ptr<drain_reporter> reporter;
+    if (cfg.cluster)
+      reporter = std::make_unique<drain_reporter>(backends, table, fx.executions, view.drain_idle_ms, router);
+    int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator, watch.get(),
+                                   cfg.reload.watch_secs, reporter.get());
     watcher.reset();
     view.ready = false;
     router.stop_new_sessions();

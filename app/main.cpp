@@ -2,11 +2,13 @@
 //   scg --config FILE          run a replica
 //   scg --check-config FILE    validate FILE; non-zero exit naming the bad field
 //   scg --version
+//   scg drain [--wait] [--timeout SECS] [--admin URL] [--undrain] BACKEND
 #include <csignal>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include "app/drain_cli.hpp"
 #include "app/gateway.hpp"
 #include "config/config.hpp"
 
@@ -55,13 +57,19 @@ int usage(const char* msg) {
   if (msg) std::cerr << "scg: " << msg << "\n";
   std::cerr << "usage: scg --config FILE [--port-file FILE]\n"
                "       scg --check-config FILE\n"
-               "       scg --version\n";
+               "       scg --version\n"
+            << scg::app::drain_usage;
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "drain") == 0) {
+    auto parsed = scg::app::parse_drain_args({argv + 2, argv + argc});
+    if (auto* why = std::get_if<std::string>(&parsed)) return usage(("drain: " + *why).c_str());
+    return scg::app::run_drain(std::get<scg::app::drain_args>(parsed), std::cout, std::cerr);
+  }
   std::string config_path, check_path, port_file;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

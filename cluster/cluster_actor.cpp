@@ -104,6 +104,15 @@ void apply(cluster_state& st, const entry& e) {
     if (auto b = actors::find_backend(st.backends, id)) st.backends[*b]->draining = !e.deleted;
     return;
   }
+  if (e.key.rfind("a/", 0) == 0) {  // a replica's activity on a drained backend
+    auto id_parts = actors::parse_activity_id(id);
+    if (!id_parts || id_parts->first == st.cfg.node_name) return;  // this replica counts its own live
+    if (auto b = actors::find_backend(st.backends, id_parts->second))
+      st.backends[*b]->set_peer_report(
+          id_parts->first, e.deleted ? std::nullopt : actors::decode_activity(e.backend),
+          static_cast<std::int64_t>(e.ver.time.wall_ms));
+    return;
+  }
   if (e.key.rfind("h/", 0) == 0) {  // a backend's health, from the replica that probes it
     if (auto b = actors::find_backend(st.backends, id); b && !e.deleted) st.backends[*b]->healthy = e.backend == "healthy";
     return;

@@ -219,7 +219,7 @@ gateway parse_gateway(const YAML::Node& root) {
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "workers", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
-              "on_backend_lost", "keepalive", "shutdown", "logging", "cluster", "tls", "auth", "tenants",
+              "on_backend_lost", "keepalive", "shutdown", "drain", "reload", "logging", "cluster", "tls", "auth", "tenants",
               "backend_token", "rate_limits", "backend_discovery", "tracing"});
   gateway g;
 
@@ -299,6 +299,14 @@ gateway parse_gateway(const YAML::Node& root) {
   if (const YAML::Node n = root["shutdown"]; present(n)) {
     check_keys(n, "shutdown", {"deadline_secs"});
     read_int(n, "shutdown", "deadline_secs", g.shutdown.deadline_secs, 0);
+  }
+  if (const YAML::Node n = root["drain"]; present(n)) {
+    check_keys(n, "drain", {"idle_secs"});
+    read_int(n, "drain", "idle_secs", g.drain.idle_secs, 1, 86400);
+  }
+  if (const YAML::Node n = root["reload"]; present(n)) {
+    check_keys(n, "reload", {"watch_secs"});
+    read_int(n, "reload", "watch_secs", g.reload.watch_secs, 0, 3600);
   }
   if (const YAML::Node n = root["logging"]; present(n)) {
     check_keys(n, "logging", {"level", "format"});

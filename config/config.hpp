@@ -107,6 +107,19 @@ struct shutdown {
   int deadline_secs = 30;  ///< in-flight streams may finish for this long after SIGTERM
 };
 
+/// Draining a backend before its server is replaced (docs/runbook.md).
+struct drain {
+  /// A session bound to a drained backend holds it while it was used within
+  /// this long; quieter sessions do not (their Spark state goes with the server).
+  int idle_secs = 60;
+};
+
+/// Following the configuration file without a SIGHUP (a Kubernetes ConfigMap
+/// mounted as a directory is updated by swapping a symlink).
+struct reload {
+  int watch_secs = 10;  ///< look at the file this often; 0: only SIGHUP reloads
+};
+
 struct logging {
   std::string level = "info";  ///< trace | debug | info | warn | error | off
   std::string format = "json";  ///< json (one object per line) | text
@@ -183,6 +196,8 @@ struct gateway {
   config::on_backend_lost on_backend_lost;
   config::keepalive keepalive;
   config::shutdown shutdown;
+  config::drain drain;
+  config::reload reload;
   config::logging logging;
   std::optional<config::cluster> cluster;
   std::optional<front_tls> tls;

@@ -14,6 +14,7 @@
 #include "core/address.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "net/drain_report.hpp"
 #include "net/status_page.hpp"
 
 namespace scg::net {
@@ -217,23 +218,57 @@ std::string events_json(std::uint64_t after) {
   return dump({{"events", list}});
 }
 
+namespace {
+
+/// The status a drain reaches on this replica (serving without a ledger).
+actors::drain_status drain_of(const admin_view& view, std::size_t i) {
+  static const execution_ledger none;
+  return drain_status_of(view.backends, *view.table, view.executions ? *view.executions : none,
+                         view.cluster.get(), static_cast<actors::backend_index>(i), view.drain_idle_ms);
+}
+
+nlohmann::json backend_item(const admin_view& view, std::size_t i, const std::vector<std::size_t>& bound) {
+  const auto& b = *view.backends[i];
+  return {{"name", b.name},
+          {"address", b.address},
+          {"ui_url", b.ui_url},
+          {"healthy", b.reachable.load() && b.healthy.load()},
+          {"draining", b.draining.load()},
+          {"removed", b.removed.load()},
+          {"score", score_of(view, i, bound)},
+          {"utilization", utilization_of(b)},
+          {"load_error", b.poll_error()},
+          {"sessions", i < bound.size() ? bound[i] : 0},
+          {"in_flight", b.in_flight.load()},
+          {"drain", drain_json(view, i)}};
+}
+
+}  // namespace
+
+nlohmann::json drain_json(const admin_view& view, std::size_t i) {
+  const auto s = drain_of(view, i);
+  nlohmann::json last = nullptr;
+  if (s.total.last_activity_wall_ms > 0)
+    last = std::max<std::int64_t>(0, actors::wall_now_ms() - s.total.last_activity_wall_ms) / 1000;
+  return {{"state", actors::to_string(s.state)},
+          {"live_operations", s.total.live_operations},
+          {"active_sessions", s.total.active_sessions},
+          {"calls_in_flight", s.total.calls_in_flight},
+          {"last_activity_secs", last},
+          {"idle_secs", view.drain_idle_ms / 1000},
+          {"waiting_for", s.waiting_for},
+          {"holders", actors::holders(s)}};
+}
+
+std::string backend_json(const admin_view& view, std::size_t i) {
+  auto bound = view.table->sessions_per_backend(view.backends.size());
+  return backend_item(view, i, bound).dump();
+}
+
 std::string backends_json(const admin_view& view) {
   auto bound = view.table->sessions_per_backend(view.backends.size());
   auto list = nlohmann::json::array();
-  for (std::size_t i = 0; i < view.backends.size(); ++i) {
-    const auto& b = *view.backends[i];
-    list.push_back({{"name", b.name},
-                    {"address", b.address},
-                    {"ui_url", b.ui_url},
-                    {"healthy", b.reachable.load() && b.healthy.load()},
-                    {"draining", b.draining.load()},
-                    {"removed", b.removed.load()},
-                    {"score", score_of(view, i, bound)},
-                    {"utilization", utilization_of(b)},
-                    {"load_error", b.poll_error()},
-                    {"sessions", i < bound.size() ? bound[i] : 0},
-                    {"in_flight", b.in_flight.load()}});
-  }
+  for (std::size_t i = 0; i < view.backends.size(); ++i) list.push_back(backend_item(view, i, bound));
   return nlohmann::json{{"backends", list}}.dump();
 }
 
@@ -259,6 +294,40 @@ std::string cluster_json(const admin_view& view) {
                         {"members", members}}
       .dump();
 }
+
+namespace {
+
+/// The drain gauges of the backends `shown`: counted for drained backends
+/// only (a pass over the session table each), 0 for the others.
+void drain_metrics(const admin_view& view, const std::vector<std::size_t>& shown, std::string& out) {
+  std::vector<actors::drain_status> st;
+  for (auto i : shown) st.push_back(drain_of(view, i));
+  auto series = [&](const char* name, const char* help, auto value) {
+    out += std::string("# HELP scg_") + name + " " + help + "\n# TYPE scg_" + name + " gauge\n";
+    for (std::size_t k = 0; k < shown.size(); ++k)
+      out += std::string("scg_") + name + "{backend=\"" + label(view.backends[shown[k]]->name) + "\"} " +
+             std::to_string(value(st[k])) + "\n";
+  };
+  series("backend_drain_idle", "1 when the backend is drained and nothing holds it on any replica: safe to stop",
+         [](const actors::drain_status& s) { return s.state == actors::drain_state::idle ? 1 : 0; });
+  series("backend_live_operations", "Executions running on the drained backend, all replicas (0 when not drained)",
+         [](const actors::drain_status& s) { return s.total.live_operations; });
+  series("backend_active_sessions",
+         "Sessions of the drained backend used within drain.idle_secs, all replicas (0 when not drained)",
+         [](const actors::drain_status& s) { return s.total.active_sessions; });
+}
+
+/// GET /api/v1/backends/{name}: one backend's entry, with its drain status.
+void add_backend_routes(httplib::Server& srv, admin_view& view) {
+  srv.Get(R"(/api/v1/backends/([^/]+))", [&view](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    auto i = actors::find_backend(view.backends, name);
+    if (!i) return reply_error(res, 404, "no backend named " + name);
+    reply_json(res, 200, backend_json(view, *i));
+  });
+}
+
+}  // namespace
 
 std::string metrics_text(const admin_view& view) {
   std::string out;
@@ -327,6 +396,7 @@ std::string metrics_text(const admin_view& view) {
       out += std::string("scg_") + s.name + "{backend=\"" + label(view.backends[i]->name) + "\"} " +
              s.value(i) + "\n";
   }
+  drain_metrics(view, shown, out);
   return out;
 }
 
@@ -344,6 +414,7 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
   srv.Get("/api/v1/backends", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(backends_json(view), "application/json");
   });
+  add_backend_routes(srv, view);
   // POST /api/v1/backends/{name}/drain | /undrain
   srv.Post(R"(/api/v1/backends/([^/]+)/(drain|undrain))",
            [&view](const httplib::Request& req, httplib::Response& res) {

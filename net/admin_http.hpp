@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "actors/backend.hpp"
 #include "actors/placement.hpp"
 #include "actors/session_table.hpp"
@@ -19,6 +21,8 @@ class Server;
 }
 
 namespace scg::net {
+
+class execution_ledger;
 
 /// What the admin endpoint reports; owned by the gateway.
 struct admin_view {
@@ -31,6 +35,9 @@ struct admin_view {
   std::shared_ptr<cluster::cluster_view> cluster;  ///< null for a single replica
   /// Drains or undrains a backend by name, cluster-wide.
   std::function<void(const std::string& name, bool on)> set_draining;
+  /// This replica's executions, for the drain status (null: none counted).
+  const execution_ledger* executions = nullptr;
+  std::int64_t drain_idle_ms = 60'000;  ///< drain.idle_secs
 };
 
 class admin_http {
@@ -49,6 +56,14 @@ class admin_http {
 
 /// The body of GET /api/v1/backends.
 std::string backends_json(const admin_view& view);
+
+/// The "drain" object of backend `i` in GET /api/v1/backends: state
+/// (serving | draining | idle), live_operations, active_sessions,
+/// calls_in_flight, last_activity_secs (null: none seen), waiting_for, holders.
+nlohmann::json drain_json(const admin_view& view, std::size_t i);
+
+/// The body of GET /api/v1/backends/{name}: the backend's entry of the list.
+std::string backend_json(const admin_view& view, std::size_t i);
 
 /// The body of GET /api/v1/cluster.
 std::string cluster_json(const admin_view& view);

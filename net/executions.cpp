@@ -122,6 +122,14 @@ std::size_t execution_ledger::expire(ms now, ms ttl) {
   return n;
 }
 
+std::vector<std::string> execution_ledger::live_ops(ms quiet_since) const {
+  std::lock_guard lock{mu_};
+  std::vector<std::string> out;
+  for (const auto& [id, o] : ops_)
+    if (!o.killed && (o.streams > 0 || o.detached_since >= quiet_since)) out.push_back(id);
+  return out;
+}
+
 int execution_ledger::in_use(const std::string& tenant) const {
   std::lock_guard lock{mu_};
   auto it = slots_.find(tenant);

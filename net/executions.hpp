@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 #include <unordered_map>
+#include <vector>
 
 namespace scg::net {
 
@@ -62,6 +63,10 @@ class execution_ledger {
 
   /// Forgets operations detached (or killed) since before `now - ttl`; how many.
   std::size_t expire(ms now, ms ttl);
+
+  /// Operations that still run: a stream attached now, or detached since
+  /// `quiet_since` or later (a reattach is likely); not those scg ended.
+  std::vector<std::string> live_ops(ms quiet_since) const;
 
   /// Slots of `tenant` in use (calls and operations).
   int in_use(const std::string& tenant) const;

@@ -157,6 +157,19 @@ TEST_CASE("a configuration with only backends takes every default", "[config]") 
   CHECK(ok(one_backend + "placement:\nlimits:\n").placement.ewma_alpha == d.placement.ewma_alpha);
 }
 
+TEST_CASE("drain.idle_secs and reload.watch_secs have defaults and bounds that name the key", "[config]") {
+  auto d = ok(one_backend);
+  CHECK(d.drain.idle_secs == 60);
+  CHECK(d.reload.watch_secs == 10);
+  auto g = ok(one_backend + "drain: { idle_secs: 5 }\nreload: { watch_secs: 0 }\n");
+  CHECK(g.drain.idle_secs == 5);
+  CHECK(g.reload.watch_secs == 0);
+  CHECK(bad(one_backend + "drain: { idle_secs: 0 }\n").field == "drain.idle_secs");
+  CHECK(bad(one_backend + "drain: { idle_secs: soon }\n").field == "drain.idle_secs");
+  CHECK(bad(one_backend + "drain: { idle: 5 }\n").field == "drain.idle");
+  CHECK(bad(one_backend + "reload: { watch_secs: -1 }\n").field == "reload.watch_secs");
+}
+
 TEST_CASE("admin_addr null disables the admin endpoint", "[config]") {
   CHECK_FALSE(ok(one_backend + "admin_addr: null\n").admin_addr);
   CHECK_FALSE(ok(one_backend + "admin_addr: ~\n").admin_addr);
