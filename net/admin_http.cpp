@@ -15,13 +15,11 @@
 #include "core/events.hpp"
 #include "core/metrics.hpp"
 #include "net/status_page.hpp"
+#include "net/usage_http.hpp"
 
 namespace scg::net {
 
-namespace {
-
-/// A Prometheus label value with \, " and newlines escaped.
-std::string label(const std::string& v) {
+std::string prometheus_label(const std::string& v) {
   std::string out;
   for (char c : v) {
     if (c == '\\' || c == '"') out += '\\';
@@ -33,6 +31,10 @@ std::string label(const std::string& v) {
   }
   return out;
 }
+
+namespace {
+
+std::string label(const std::string& v) { return prometheus_label(v); }
 
 nlohmann::json utilization_of(const actors::backend_state& b) {
   auto u = actors::polled_utilization(b);
@@ -327,6 +329,7 @@ std::string metrics_text(const admin_view& view) {
       out += std::string("scg_") + s.name + "{backend=\"" + label(view.backends[i]->name) + "\"} " +
              s.value(i) + "\n";
   }
+  append_usage_metrics(out, view);
   return out;
 }
 
@@ -376,6 +379,7 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
       return reply_error(res, 400, "after: expected the seq of an event");
     reply_json(res, 200, events_json(after.empty() ? 0 : std::stoull(after)));
   });
+  add_usage_routes(srv, view);
   srv.Get("/", [](const httplib::Request&, httplib::Response& res) { serve_ui(res, "index.html"); });
   srv.Get(R"(/ui/([A-Za-z0-9_.-]+))",
           [](const httplib::Request& req, httplib::Response& res) { serve_ui(res, req.matches[1]); });

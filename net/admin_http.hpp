@@ -5,9 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/backend.hpp"
 #include "actors/placement.hpp"
@@ -16,6 +18,10 @@
 
 namespace httplib {
 class Server;
+}
+
+namespace scg::core {
+class usage_ledger;
 }
 
 namespace scg::net {
@@ -31,7 +37,13 @@ struct admin_view {
   std::shared_ptr<cluster::cluster_view> cluster;  ///< null for a single replica
   /// Drains or undrains a backend by name, cluster-wide.
   std::function<void(const std::string& name, bool on)> set_draining;
+  const core::usage_ledger* usage = nullptr;  ///< per-tenant accounting; null: none shown
+  /// tenants.pools: backend names per tenant (net/usage_http.hpp shows each pool's load).
+  std::map<std::string, std::vector<std::string>, std::less<>> pools;
 };
+
+/// A Prometheus label value with \, " and newlines escaped.
+std::string prometheus_label(const std::string& v);
 
 class admin_http {
  public:
