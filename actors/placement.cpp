@@ -58,4 +58,32 @@ placement_policy make_policy(const config::placement& cfg) {
   return p;
 }
 
+bool in_pool(const std::vector<std::string>* pool, const std::string& name) {
+  if (!pool) return true;
+  for (const auto& p : *pool)
+    if (name == p || (name.size() > p.size() && name.compare(0, p.size(), p) == 0 && name[p.size()] == '@'))
+      return true;
+  return false;
+}
+
+pool_load load_of_pool(const placement_policy& p, const std::vector<candidate>& members) {
+  pool_load out;
+  out.backends = members.size();
+  double sum = 0;
+  for (const auto& c : members) {
+    out.sessions += c.sessions;
+    if (!c.eligible) continue;
+    const double s = score(p, c);
+    out.score_min = out.eligible == 0 ? s : std::min(out.score_min, s);
+    out.score_max = out.eligible == 0 ? s : std::max(out.score_max, s);
+    sum += s;
+    ++out.eligible;
+  }
+  if (out.eligible > 0) {
+    out.score_mean = sum / static_cast<double>(out.eligible);
+    out.saturation = out.score_mean;
+  }
+  return out;
+}
+
 }  // namespace scg::actors

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.hpp"
@@ -41,6 +42,27 @@ std::optional<std::size_t> place(const placement_policy& p, const std::vector<ca
 /// Shedding: true when at least one backend is eligible and every eligible
 /// one scores above `shed_above` (all of them are too busy for a new session).
 bool all_above(const placement_policy& p, const std::vector<candidate>& backends, double shed_above);
+
+/// True when backend `name` is in `pool` (nullptr: every backend is). A pool
+/// entry NAME also covers the NAME@ADDRESS backends of a `resolve: all` entry.
+bool in_pool(const std::vector<std::string>* pool, const std::string& name);
+
+/// The pool label of the backends a tenant without `tenants.pools` entry may use (all of them).
+inline constexpr std::string_view all_pool = "_all";
+
+/// What placement sees of one pool (the backends one tenant may use): the
+/// autoscaling signal. Scores are over eligible backends only.
+struct pool_load {
+  std::size_t backends = 0;  ///< in the pool
+  std::size_t eligible = 0;  ///< of them: healthy, not draining, not removed
+  std::size_t sessions = 0;  ///< bound to the pool's backends
+  double score_min = 0, score_mean = 0, score_max = 0;  ///< 0 with none eligible
+  /// The mean score of eligible backends; 1 when none is eligible (a pool
+  /// that cannot take a session is full).
+  double saturation = 1;
+};
+/// `members` are the pool's backends as placement sees them.
+pool_load load_of_pool(const placement_policy& p, const std::vector<candidate>& members);
 
 /// Parses a strategy name ("least_loaded" | "round_robin").
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name);

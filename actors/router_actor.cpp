@@ -16,6 +16,7 @@
 #include "core/audit.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "core/usage.hpp"
 
 namespace scg::actors {
 
@@ -45,17 +46,6 @@ namespace {
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also paces session sweeps
 constexpr std::size_t sweep_buckets = 2048;  // buckets of the session directory per sweep step
-
-/// True when `backend` is in `pool` (nullptr: every backend is). A pool entry
-/// NAME also covers the NAME@ADDRESS backends of a `resolve: all` entry.
-bool in_pool(const std::vector<std::string>* pool, const std::string& backend) {
-  if (!pool) return true;
-  for (const auto& name : *pool)
-    if (backend == name || (backend.size() > name.size() && backend.compare(0, name.size(), name) == 0 &&
-                            backend[name.size()] == '@'))
-      return true;
-  return false;
-}
 
 /// The backend pool of the tenant in session key `key`; nullptr: all backends.
 const std::vector<std::string>* pool_of(const router_state& st, const std::string& key) {
@@ -98,6 +88,7 @@ std::optional<route_result> refuse_new(const router_state& st, const std::string
   }
   if (st.settings.shed_above && all_above(st.settings.policy, candidates(st, key), *st.settings.shed_above)) {
     core::record_event("shed", "a new session of tenant " + tenant + " was shed: every backend above placement.shed_above");
+    core::global_pool_sheds().add(st.settings.pools.count(tenant) ? std::string_view(tenant) : all_pool);
     core::audit("session.shed", {{"tenant", tenant}, {"user", k ? k->user_id : ""},
                                  {"session", k ? k->session_id : ""}});
     return route_result{std::nullopt,
@@ -167,7 +158,9 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
   replicate_put(self, "s/" + key, st.backends[b]->name);
-  if (auto k = session_key::parse(key))
+  auto k = session_key::parse(key);
+  if (k && is_new) core::global_usage().record_session(k->tenant, k->user_id, wall_now_ms());
+  if (k)
     core::audit(is_new ? "session.create" : "session.rebind",
                 {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id},
                  {"backend", st.backends[b]->name}});

@@ -147,6 +147,14 @@ std::size_t session_table::sessions_of_tenant(const std::string& tenant) const {
   return it == per_tenant_.end() ? 0 : static_cast<std::size_t>(it->second);
 }
 
+std::unordered_map<std::string, std::size_t> session_table::sessions_by_tenant() const {
+  std::lock_guard lock{tenant_mutex_};
+  std::unordered_map<std::string, std::size_t> out;
+  for (const auto& [tenant, n] : per_tenant_)
+    if (n > 0) out.emplace(tenant, static_cast<std::size_t>(n));
+  return out;
+}
+
 std::optional<session_table::op_entry> session_table::find_op(const std::string& op_id,
                                                                clock_ms now) {
   auto& s = op_shards_[shard_of(op_id)];

@@ -106,6 +106,8 @@ class session_table {
 
   /// Sessions of `tenant` in the table (the whole cluster's, replicated).
   std::size_t sessions_of_tenant(const std::string& tenant) const;
+  /// Sessions bound per tenant (tenants with none left out).
+  std::unordered_map<std::string, std::size_t> sessions_by_tenant() const;
 
   /// A session binding as the admin API lists it.
   struct session_row {

@@ -26,6 +26,7 @@
 #include "discovery/k8s_discovery.hpp"
 #include "core/log_format.hpp"
 #include "core/metrics.hpp"
+#include "core/usage.hpp"
 #include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
@@ -322,6 +323,10 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.limits = cfg.limits;
   fx.qualify_users = cfg.security.tenants.qualify_users;
   fx.default_tenant = cfg.security.tenants.default_tenant;
+  core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),
+                                  static_cast<std::size_t>(cfg.accounting.max_users),
+                                  static_cast<std::size_t>(cfg.accounting.prometheus_users)});
+  fx.usage = &core::global_usage();
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
   actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), [&fx, &limiter](std::size_t live) {
                           const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));
@@ -341,6 +346,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   view.set_draining = [&router](const std::string& name, bool on) { router.set_draining(name, on); };
   view.executions = &fx.executions;
   view.drain_idle_ms = std::int64_t{cfg.drain.idle_secs} * 1000;
+  view.usage = &core::global_usage();
+  for (const auto& [tenant, names] : cfg.security.tenants.pools) view.pools[tenant] = names;
   int cluster_port = 0;
   if (cfg.cluster) {
     view.node_name = cfg.cluster->node_name;

@@ -220,7 +220,7 @@ gateway parse_gateway(const YAML::Node& root) {
   check_keys(root, "",
              {"bind_addr", "workers", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "keepalive", "shutdown", "drain", "reload", "logging", "cluster", "tls", "auth", "tenants",
-              "backend_token", "rate_limits", "backend_discovery", "tracing"});
+              "backend_token", "rate_limits", "backend_discovery", "tracing", "accounting"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
@@ -327,6 +327,15 @@ gateway parse_gateway(const YAML::Node& root) {
   }
   if (const YAML::Node n = root["cluster"]; present(n)) g.cluster = parse_cluster(n);
   if (const YAML::Node n = root["tracing"]; present(n)) g.tracing = parse_tracing(n);
+  if (const YAML::Node n = root["accounting"]; present(n)) {
+    check_keys(n, "accounting", {"max_tenants", "max_users", "prometheus_users"});
+    read_int(n, "accounting", "max_tenants", g.accounting.max_tenants, 1, 100000);
+    read_int(n, "accounting", "max_users", g.accounting.max_users, 1, 1000000);
+    read_int(n, "accounting", "prometheus_users", g.accounting.prometheus_users, 0, 1000);
+    if (g.accounting.prometheus_users > g.accounting.max_users)
+      reject("accounting.prometheus_users", "at most accounting.max_users (" +
+                                                std::to_string(g.accounting.max_users) + ")");
+  }
   return g;
 }
 

@@ -144,6 +144,13 @@ struct tracing {
   int timeout_ms = 2000;         ///< one export request (connect, send, answer)
 };
 
+/// The `accounting:` block: per-tenant and per-user usage (core/usage.hpp), bounded.
+struct accounting {
+  int max_tenants = 200;     ///< tenants kept by name; later ones count as tenant "_other"
+  int max_users = 1000;      ///< (tenant, user) pairs kept for GET /api/v1/usage; later ones as user "_other"
+  int prometheus_users = 0;  ///< /metrics shows scg_user_* for the N users with the most RPCs; 0: none
+};
+
 /// The `cluster:` block; absent means a single replica.
 struct cluster {
   std::string node_name;
@@ -202,6 +209,7 @@ struct gateway {
   std::optional<config::cluster> cluster;
   std::optional<front_tls> tls;
   std::optional<config::tracing> tracing;  ///< absent: tracing off
+  config::accounting accounting;
   std::optional<k8s_discovery> backend_discovery;  ///< absent: backends come from `backends` only
   security_config security;  ///< auth, tenants, backend_token, rate_limits
 };

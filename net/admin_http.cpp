@@ -16,13 +16,11 @@
 #include "core/metrics.hpp"
 #include "net/drain_report.hpp"
 #include "net/status_page.hpp"
+#include "net/usage_http.hpp"
 
 namespace scg::net {
 
-namespace {
-
-/// A Prometheus label value with \, " and newlines escaped.
-std::string label(const std::string& v) {
+std::string prometheus_label(const std::string& v) {
   std::string out;
   for (char c : v) {
     if (c == '\\' || c == '"') out += '\\';
@@ -34,6 +32,10 @@ std::string label(const std::string& v) {
   }
   return out;
 }
+
+namespace {
+
+std::string label(const std::string& v) { return prometheus_label(v); }
 
 nlohmann::json utilization_of(const actors::backend_state& b) {
   auto u = actors::polled_utilization(b);
@@ -397,6 +399,7 @@ std::string metrics_text(const admin_view& view) {
              s.value(i) + "\n";
   }
   drain_metrics(view, shown, out);
+  append_usage_metrics(out, view);
   return out;
 }
 
@@ -447,6 +450,7 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
       return reply_error(res, 400, "after: expected the seq of an event");
     reply_json(res, 200, events_json(after.empty() ? 0 : std::stoull(after)));
   });
+  add_usage_routes(srv, view);
   srv.Get("/", [](const httplib::Request&, httplib::Response& res) { serve_ui(res, "index.html"); });
   srv.Get(R"(/ui/([A-Za-z0-9_.-]+))",
           [](const httplib::Request& req, httplib::Response& res) { serve_ui(res, req.matches[1]); });

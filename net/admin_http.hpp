@@ -5,9 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -18,6 +20,10 @@
 
 namespace httplib {
 class Server;
+}
+
+namespace scg::core {
+class usage_ledger;
 }
 
 namespace scg::net {
@@ -38,7 +44,13 @@ struct admin_view {
   /// This replica's executions, for the drain status (null: none counted).
   const execution_ledger* executions = nullptr;
   std::int64_t drain_idle_ms = 60'000;  ///< drain.idle_secs
+  const core::usage_ledger* usage = nullptr;  ///< per-tenant accounting; null: none shown
+  /// tenants.pools: backend names per tenant (net/usage_http.hpp shows each pool's load).
+  std::map<std::string, std::vector<std::string>, std::less<>> pools;
 };
+
+/// A Prometheus label value with \, " and newlines escaped.
+std::string prometheus_label(const std::string& v);
 
 class admin_http {
  public:

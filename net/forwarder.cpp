@@ -50,6 +50,7 @@
 #include "core/local_reply.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
+#include "core/usage.hpp"
 #include "net/admission.hpp"
 #include "net/call_span.hpp"
 #include "net/choose_backend.hpp"
@@ -162,6 +163,7 @@ class forward_call final : public h2::server_stream,
     if (!request_prefix_.empty()) down_->consume(down_stream_, request_prefix_.bytes());
     if (up_ && !response_prefix_.empty()) up_->consume(up_stream_, response_prefix_.bytes());
     execution_.settle(fx_, identity_.tenant, final_code_);
+    if (fx_.usage) account();
     if (final_code_ != 0 && final_code_ != core::grpc_code::cancelled)
       core::audit("rpc.error", {{"tenant", identity_.tenant}, {"user", fields_.user_id},
                                 {"session", fields_.session_id}, {"rpc", rpc_name(rpc_)},
@@ -351,6 +353,7 @@ class forward_call final : public h2::server_stream,
     void bytes(slice s, bool prefix) {
       passed += s.size();
       if (prefix) return c.response_prefix_.push(std::move(s));
+      if (c.counting_rows_) c.rows_reader_.feed(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());
       c.response_bytes(std::move(s));
     }
     bool header(const h2::message_header& h) { return c.response_header(h); }
@@ -463,11 +466,20 @@ class forward_call final : public h2::server_stream,
     response_.header = h;  // read by response_bytes, which the prefix reaches first
     release_prefix(response_prefix_, &forward_call::response_bytes);
     core::bump(core::global_metrics().forward_response_bytes_total, h.length);
+    if (is_execution(rpc_)) {  // results, for accounting: bytes, and rows as the message passes
+      result_bytes_ += h.length;
+      counting_rows_ = fx_.usage && !h.compressed;
+      if (counting_rows_) rows_reader_.start(h.length);
+    }
     return true;
   }
 
   void response_message_end() {
     in_response_ = false;
+    if (counting_rows_) {
+      result_rows_ += rows_reader_.rows();
+      counting_rows_ = false;
+    }
     if (!hold_response_) return;
     held_message msg = std::move(response_);
     response_ = held_message{};
@@ -705,6 +717,7 @@ class forward_call final : public h2::server_stream,
     to_backend_.ended = request_ended_;
     backend_->in_flight.fetch_add(1, std::memory_order_relaxed);
     backend_->calls_total.fetch_add(1, std::memory_order_relaxed);
+    upstream_started_ = std::chrono::steady_clock::now();
     if (!is_unary(rpc_) || !has_first_message_) {
       counted_stream_ = true;
       core::global_metrics().forward_active_streams.fetch_add(1, std::memory_order_relaxed);
@@ -878,6 +891,24 @@ class forward_call final : public h2::server_stream,
     core::bump(core::global_metrics().config_redactions_total);
   }
 
+  // --- accounting ----------------------------------------------------------------------
+
+  /// What the call cost its tenant and user (core/usage.hpp), once, at its end.
+  void account() {
+    core::call_usage u;
+    u.method = rpc_;
+    u.rejection = rejection_;
+    const bool reached = backend_ && up_stream_ > 0;
+    u.execution = reached && rpc_ == rpc::execute_plan;
+    if (reached && is_execution(rpc_))
+      u.execution_ms = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      std::chrono::steady_clock::now() - upstream_started_)
+                                                      .count());
+    u.result_bytes = result_bytes_;
+    u.result_rows = result_rows_;
+    fx_.usage->record_call(identity_.tenant, fields_.user_id, u, actors::wall_now_ms());
+  }
+
   // --- finishing -----------------------------------------------------------------------
 
   bool finished() const { return phase_ == phase::finished; }
@@ -940,6 +971,7 @@ class forward_call final : public h2::server_stream,
                                            retry_after.count() > 0 ? retry_after : std::chrono::milliseconds(1000));
     }
     core::count_local_reply(why);
+    rejection_ = why;
     log_reply(row, code, message);
     conclude(code);
     cancel_backend();
@@ -1042,6 +1074,13 @@ class forward_call final : public h2::server_stream,
   held_message clone_answer_;
   std::optional<h2::header_list> pending_status_;  // the backend's status, after clone_answer_
   call_span span_;  // started only when tracing
+
+  // accounting (account())
+  std::optional<reason> rejection_;  // why scg answered the call itself
+  std::chrono::steady_clock::time_point upstream_started_{};
+  std::uint64_t result_bytes_ = 0, result_rows_ = 0;
+  bool counting_rows_ = false;       // the current response is read for its row_count
+  arrow_rows_reader rows_reader_;
 };
 
 }  // namespace

@@ -17,6 +17,10 @@
 #include "config/config.hpp"
 #include "net/executions.hpp"
 
+namespace scg::core {
+class usage_ledger;
+}  // namespace scg::core
+
 namespace scg::auth {
 class authenticator;
 class rate_limiter;
@@ -55,6 +59,7 @@ struct forward_context {
   /// This replica's share of cluster-wide limits: 1 / live members.
   std::atomic<double> share{1.0};
   span_exporter* tracer = nullptr;  ///< `tracing:`; null: off, traceparent passes untouched
+  core::usage_ledger* usage = nullptr;  ///< per-tenant accounting (core/usage.hpp); null: off
 };
 
 /// The call for a new request stream of `down`; it lives until both its

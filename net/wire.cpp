@@ -147,4 +147,77 @@ scan_result scan_response(rpc r, const segments& msg, response_fields& out) {
   return res;
 }
 
+void arrow_rows_reader::start(std::uint64_t length) {
+  state_ = length > 0 ? state::tag : state::done;
+  nested_ = false;
+  varint_ = 0;
+  shift_ = 0;
+  pos_ = 0;
+  end_ = length;
+  rows_ = 0;
+}
+
+void arrow_rows_reader::on_varint(std::uint64_t v) {
+  switch (state_) {
+    case state::tag:
+      field_ = static_cast<std::uint32_t>(v >> 3);
+      type_ = static_cast<std::uint32_t>(v & 7);
+      if (type_ == 0) state_ = state::value;
+      else if (type_ == 2) state_ = state::length;
+      else if (type_ == 1 || type_ == 5) skip_ = type_ == 1 ? 8 : 4, state_ = state::skip;
+      else state_ = state::done;  // groups: not in these messages
+      return;
+    case state::value:
+      if (nested_ && field_ == 1) {
+        rows_ = v;
+        state_ = state::done;  // all it came for
+        return;
+      }
+      state_ = state::tag;
+      return;
+    case state::length:
+      if (!nested_ && field_ == 2) {  // arrow_batch: read inside it
+        nested_ = true;
+        nested_end_ = pos_ + v;
+        state_ = state::tag;
+        return;
+      }
+      skip_ = v;
+      state_ = state::skip;
+      return;
+    default:
+      return;
+  }
+}
+
+void arrow_rows_reader::feed(const std::uint8_t* data, std::size_t size) {
+  std::size_t i = 0;
+  while (i < size && state_ != state::done) {
+    if (state_ == state::skip) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skip_, size - i));
+      i += n;
+      pos_ += n;
+      skip_ -= n;
+      if (skip_ == 0) state_ = state::tag;
+    } else {
+      const std::uint8_t b = data[i++];
+      ++pos_;
+      if (shift_ >= 64) {
+        state_ = state::done;
+        break;
+      }
+      varint_ |= std::uint64_t{b & 0x7fu} << shift_;
+      shift_ += 7;
+      if (b & 0x80) continue;
+      const auto v = varint_;
+      varint_ = 0;
+      shift_ = 0;
+      on_varint(v);
+    }
+    // Leaving arrow_batch without a row_count: nothing more to find.
+    if (nested_ && state_ == state::tag && pos_ >= nested_end_) state_ = state::done;
+    if (pos_ >= end_ && state_ != state::done) state_ = state::done;
+  }
+}
+
 }  // namespace scg::net

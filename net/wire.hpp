@@ -67,4 +67,29 @@ scan_result scan_request(rpc r, const segments& msg, request_fields& out);
 /// Like scan_request, for a response of `r`.
 scan_result scan_response(rpc r, const segments& msg, response_fields& out);
 
+/// Reads ExecutePlanResponse.arrow_batch.row_count (field 2, then 1) from a
+/// message body fed in pieces as it passes: every other field is skipped
+/// by its length without touching its bytes, and once the count is read (or
+/// the bytes are not what it expects: a group, bad varints) the rest of the
+/// message costs nothing. Never fails a call: what it cannot read counts 0.
+class arrow_rows_reader {
+ public:
+  /// A new message body of `length` bytes starts.
+  void start(std::uint64_t length);
+  void feed(const std::uint8_t* data, std::size_t size);
+  /// The row_count read from this message so far; 0 when none.
+  std::uint64_t rows() const { return rows_; }
+
+ private:
+  enum class state : std::uint8_t { tag, length, value, skip, done };
+  void on_varint(std::uint64_t v);
+  state state_ = state::done;
+  bool nested_ = false;          // inside arrow_batch
+  std::uint32_t field_ = 0, type_ = 0;
+  std::uint64_t varint_ = 0;
+  unsigned shift_ = 0;
+  std::uint64_t pos_ = 0, end_ = 0, nested_end_ = 0, skip_ = 0;
+  std::uint64_t rows_ = 0;
+};
+
 }  // namespace scg::net

@@ -556,6 +556,46 @@ def check_spark_examples(objs):
                                         for p in grpc_rules[0]["from"]), "only scg reaches the gRPC port"
 
 
+def check_autoscaling_examples():
+    """The KEDA and HPA examples scale the pool example's StatefulSet on a pool series scg exports and
+    documents, with scale-down off (a removed pod ends its sessions)."""
+    pool = {f"{d['kind']}/{d['metadata']['name']}": d
+            for d in load_docs(os.path.join(DEPLOY, "examples", "spark-connect-pool.yaml"))}
+    sts = pool["StatefulSet/spark-connect"]
+    with open(os.path.join(ROOT, "docs", "observability.md")) as f:
+        documented = set(re.findall(r"`(scg_pool_[a-z_]+)", f.read()))
+    assert "scg_pool_saturation" in documented, "docs/observability.md documents no scg_pool_saturation"
+
+    def targets_pool(ref):
+        assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("apps/v1", "StatefulSet", sts["metadata"]["name"]), ref
+
+    keda = {d["kind"]: d for d in load_docs(os.path.join(DEPLOY, "examples", "spark-connect-keda.yaml"))}
+    so = keda["ScaledObject"]
+    assert so["metadata"]["namespace"] == sts["metadata"]["namespace"]
+    targets_pool(so["spec"]["scaleTargetRef"])
+    assert so["spec"]["minReplicaCount"] >= 1 and so["spec"]["maxReplicaCount"] > so["spec"]["minReplicaCount"]
+    [trigger] = so["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value", trigger
+    used = set(re.findall(r"scg_[a-z_]+", trigger["metadata"]["query"]))
+    assert used and used <= documented, f"the query uses {used - documented}, not documented pool series"
+    assert 0 < float(trigger["metadata"]["threshold"]) <= 1, "saturation is within [0, 1]"
+    behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["selectPolicy"] == "Disabled"
+
+    hpa_docs = {d["kind"]: d for d in load_docs(os.path.join(DEPLOY, "examples", "spark-connect-hpa.yaml"))}
+    hpa = hpa_docs["HorizontalPodAutoscaler"]
+    targets_pool(hpa["spec"]["scaleTargetRef"])
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["type"] == "External"
+    rules = yaml.safe_load(hpa_docs["ConfigMap"]["data"]["config.yaml"])["externalRules"]
+    served = {r["name"]["as"]: r for r in rules}
+    name = metric["external"]["metric"]["name"]
+    assert name in served, f"prometheus-adapter serves no {name}"
+    assert set(re.findall(r"scg_[a-z_]+", served[name]["seriesQuery"])) <= documented
+    assert metric["external"]["metric"]["selector"]["matchLabels"]["pool"] == "_all"
+    assert hpa["spec"]["behavior"]["scaleDown"]["selectPolicy"] == "Disabled"
+
+
 def check_systemd(tmp):
     """The systemd example config passes scg --check-config; the unit runs it and waits for the drain."""
     r = subprocess.run([SCG, "--check-config", os.path.join(DEPLOY, "systemd", "scg.yaml")],
@@ -673,6 +713,7 @@ def main():
         ("the Helm templates render what render.py renders", lambda: check_helm_renders_like_render_py(tmp)),
         ("versions agree", check_versions),
         ("the Spark Connect pool example", lambda: check_spark_examples(objs)),
+        ("the pool autoscaling examples (KEDA, HPA)", check_autoscaling_examples),
         ("the systemd unit and its config", lambda: check_systemd(tmp)),
         ("the Dockerfile", check_dockerfile),
         ("the Dockerfile's runtime packages exist", check_dockerfile_packages_exist),

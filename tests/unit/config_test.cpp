@@ -287,6 +287,14 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
        "must be at least 1, got 0"},
       {one_backend + "keepalive: { timeout_secs: 0 }\n", "keepalive.timeout_secs", "must be at least 1, got 0"},
       {one_backend + "keepalive: { every: 3 }\n", "keepalive.every", "unknown key"},
+      // accounting
+      {one_backend + "accounting: { max_tenants: 0 }\n", "accounting.max_tenants", "must be at least 1, got 0"},
+      {one_backend + "accounting: { max_users: many }\n", "accounting.max_users", "expected an integer, got \"many\""},
+      {one_backend + "accounting: { prometheus_users: -1 }\n", "accounting.prometheus_users",
+       "must be at least 0, got -1"},
+      {one_backend + "accounting: { max_users: 5, prometheus_users: 6 }\n", "accounting.prometheus_users",
+       "at most accounting.max_users (5)"},
+      {one_backend + "accounting: { users: top_n }\n", "accounting.users", "unknown key"},
   };
   for (const auto& c : cases) {
     INFO(c.yaml);
@@ -337,4 +345,15 @@ TEST_CASE("backends may come from Kubernetes discovery alone", "[config]") {
   CHECK(g.backend_discovery->namespace_ == "spark");
   CHECK(g.backend_discovery->service_name == "spark-connect");
   CHECK(g.backend_discovery->token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token");
+}
+
+TEST_CASE("accounting keys have bounded defaults and take their values", "[config]") {
+  auto d = std::get<gateway>(parse(one_backend));
+  CHECK(d.accounting.max_tenants == 200);
+  CHECK(d.accounting.max_users == 1000);
+  CHECK(d.accounting.prometheus_users == 0);
+  auto g = std::get<gateway>(parse(one_backend + "accounting: { max_tenants: 3, max_users: 10, prometheus_users: 5 }\n"));
+  CHECK(g.accounting.max_tenants == 3);
+  CHECK(g.accounting.max_users == 10);
+  CHECK(g.accounting.prometheus_users == 5);
 }

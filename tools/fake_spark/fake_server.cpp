@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/protowire.hpp"
 #include "google_rpc.pb.h"
 #include "spark_connect.grpc.pb.h"
 #include "tools/fake_spark/delayed_executor.hpp"
@@ -94,7 +95,7 @@ std::optional<int64_t> number_header(const CallbackServerContext& ctx, const std
 
 /// Per-request overrides of the command-line stream settings.
 struct request_knobs {
-  std::optional<int64_t> responses, payload_bytes, delay_ms, stream_max;
+  std::optional<int64_t> responses, payload_bytes, delay_ms, stream_max, rows_per_batch, metrics;
 };
 
 struct call_prologue {
@@ -124,7 +125,8 @@ call_prologue begin_call(CallbackServerContext& ctx, fake_state& state, const st
   call_prologue call;
   call.knobs = {number_header(ctx, "x-fake-responses"), number_header(ctx, "x-fake-payload-bytes"),
                 number_header(ctx, "x-fake-delay-ms"),
-                number_header(ctx, "x-fake-stream-max-responses")};
+                number_header(ctx, "x-fake-stream-max-responses"), number_header(ctx, "x-fake-rows-per-batch"),
+                number_header(ctx, "x-fake-metrics")};
   if (!state.required_token().empty() &&
       header(ctx, "authorization").value_or("") != "Bearer " + state.required_token()) {
     state.count_error("FAKE.UNAUTHENTICATED");
@@ -252,15 +254,41 @@ class result_stream_reactor final : public result_writer {
 
   void fill(int64_t index) {
     response_.set_response_id(response_id(cursor_.op_id, index));
-    if (index >= cursor_.shape.responses) {
+    response_.GetReflection()->MutableUnknownFields(&response_)->Clear();  // the metrics of an earlier fill
+    const auto& shape = cursor_.shape;
+    if (shape.metrics && index == shape.responses) {
+      response_.clear_response_type();
+      add_metrics(shape.responses * shape.rows_per_batch);
+      return;
+    }
+    if (index >= shape.responses) {
       response_.mutable_result_complete();
       return;
     }
     auto* batch = response_.mutable_arrow_batch();
-    batch->set_row_count(1);
+    batch->set_row_count(shape.rows_per_batch);
     // Every batch carries the same bytes, built once per stream.
     if (batch->data().size() != static_cast<size_t>(cursor_.shape.payload_bytes))
       batch->set_data(make_payload(cursor_.shape.payload_bytes));
+  }
+
+  /// ExecutePlanResponse.metrics (field 4) as Spark sends it after the last
+  /// batch: one plan node whose numOutputRows is the rows sent. scg's proto
+  /// does not declare Metrics, so it travels as a field protobuf keeps unknown.
+  void add_metrics(int64_t rows) {
+    namespace pw = scg::core::protowire;
+    std::string value, entry, node, metrics;
+    pw::put_bytes(value, 1, "number of output rows");  // MetricValue: name 1, value 2, metric_type 3
+    pw::put_uint(value, 2, static_cast<uint64_t>(rows));
+    pw::put_bytes(value, 3, "sum");
+    pw::put_bytes(entry, 1, "numOutputRows");  // a map<string, MetricValue> entry: key 1, value 2
+    pw::put_bytes(entry, 2, value);
+    pw::put_bytes(node, 1, "FakeScan");  // MetricObject: name 1, plan_id 2, parent 3, execution_metrics 4
+    pw::put_uint(node, 2, 1);
+    pw::put_uint(node, 3, 1);
+    pw::put_bytes(node, 4, entry);
+    pw::put_bytes(metrics, 1, node);  // Metrics: repeated MetricObject metrics = 1
+    response_.GetReflection()->MutableUnknownFields(&response_)->AddLengthDelimited(4, metrics);
   }
 
   fake_state& state_;
@@ -410,7 +438,9 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     const result_shape shape{call.knobs.responses.value_or(defaults_.responses),
                              call.knobs.payload_bytes.value_or(defaults_.payload_bytes),
                              call.knobs.delay_ms.value_or(defaults_.delay_ms),
-                             call.knobs.stream_max.value_or(defaults_.stream_max_responses)};
+                             call.knobs.stream_max.value_or(defaults_.stream_max_responses),
+                             call.knobs.rows_per_batch.value_or(defaults_.rows_per_batch),
+                             call.knobs.metrics.value_or(defaults_.metrics) != 0};
     // Clients that do not choose an operation id learn the generated one from the stream.
     const std::string op_id =
         request->operation_id().empty() ? random_uuid() : request->operation_id();

@@ -20,6 +20,8 @@ struct options {
   int64_t stream_max_responses = 0;
   int64_t responses = 3;
   int64_t payload_bytes = 64;
+  int64_t rows_per_batch = 1;
+  int64_t metrics = 0;  // 1: a metrics response before result_complete
   int64_t delay_ms = 0;
   int64_t max_message_bytes = int64_t{256} << 20;
   std::string token;  // non-empty: calls need "authorization: Bearer TOKEN"

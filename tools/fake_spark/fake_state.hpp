@@ -44,13 +44,17 @@ struct session_key {
   }
 };
 
-/// An operation's result: `responses` arrow batches, then one result_complete.
+/// An operation's result: `responses` arrow batches (of `rows_per_batch`
+/// rows each), with `metrics` one response carrying the execution's metrics
+/// as Spark sends them, then one result_complete.
 struct result_shape {
   int64_t responses = 0;
   int64_t payload_bytes = 0;
   int64_t delay_ms = 0;    // pause between two responses of a stream
   int64_t stream_max = 0;  // responses per stream before a deliberate cut; 0 = never
-  int64_t total() const { return responses + 1; }
+  int64_t rows_per_batch = 1;
+  bool metrics = false;
+  int64_t total() const { return responses + (metrics ? 1 : 0) + 1; }
 };
 
 /// Response ids are "<op>:<index>" so that a reattach can be mapped back to an index.

@@ -49,6 +49,8 @@ std::optional<options> parse_args(int argc, char** argv) {
       {"--stream-max-responses", &opts.stream_max_responses},
       {"--responses", &opts.responses},
       {"--payload-bytes", &opts.payload_bytes},
+      {"--rows-per-batch", &opts.rows_per_batch},
+      {"--metrics", &opts.metrics},
       {"--delay-ms", &opts.delay_ms},
       {"--max-message-bytes", &opts.max_message_bytes}};
   for (int i = 1; i < argc; ++i) {
