@@ -59,28 +59,33 @@ usage_ledger::shard& usage_ledger::my_shard() {
   return shards_[mine % shard_count];
 }
 
+namespace {
+
+/// Whether `name` is (or now becomes) one of `kept`, which holds at most
+/// `bound` names; a refusal counts in `overflows`. The caller holds the lock.
+bool admit_bounded(std::set<std::string, std::less<>>& kept, std::string_view name, std::size_t bound,
+                   std::atomic<std::uint64_t>& overflows) {
+  if (kept.count(name)) return true;
+  if (kept.size() < bound) {
+    kept.emplace(name);
+    return true;
+  }
+  overflows.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace
+
 std::string_view usage_ledger::admit_tenant(std::string_view tenant) {
   // "_none" and "_other" are always kept: they are the bound, not tenants.
   if (tenant == none || tenant == other) return tenant;
   std::lock_guard lock{names_mu_};
-  if (kept_tenants_.count(tenant)) return tenant;
-  if (kept_tenants_.size() < options_.max_tenants) {
-    kept_tenants_.emplace(tenant);
-    return tenant;
-  }
-  tenant_overflows_.fetch_add(1, std::memory_order_relaxed);
-  return other;
+  return admit_bounded(kept_tenants_, tenant, options_.max_tenants, tenant_overflows_) ? tenant : other;
 }
 
 bool usage_ledger::admit_user(const std::string& key) {
   std::lock_guard lock{names_mu_};
-  if (kept_users_.count(key)) return true;
-  if (kept_users_.size() < options_.max_users) {
-    kept_users_.insert(key);
-    return true;
-  }
-  user_overflows_.fetch_add(1, std::memory_order_relaxed);
-  return false;
+  return admit_bounded(kept_users_, key, options_.max_users, user_overflows_);
 }
 
 usage_ledger::tenant_entry& usage_ledger::tenant_in(shard& sh, std::string_view tenant) {
