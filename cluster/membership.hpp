@@ -76,7 +76,10 @@ class membership {
     const bool echo = !announced && found != members_.end() && found->second.up && found->second.link == from;
     if (!echo) {
       auto r = refused_.find(name);
-      if (!announced && r != refused_.end() && r->second.link == from) return hello::refused;  // its legacy echo
+      if (!announced && r != refused_.end() && r->second.link == from) {  // its legacy echo
+        if (warn) *warn = false;
+        return hello::refused;
+      }
       const peer_version v = announced.value_or(legacy_peer());
       if (common_protocol(self_, v) == 0) {
         const bool fresh = r == refused_.end() || !(r->second.version == v);

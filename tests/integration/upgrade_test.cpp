@@ -131,6 +131,13 @@ class traffic {
   };
 
   std::atomic<int> calls{0}, failures{0}, changed{0}, moved{0}, executions{0}, reattaches{0};
+  /// While a 0.1.0 replica drains beside another 0.1.0 one, a new session at
+  /// that other one whose key the draining one owns fails UNAVAILABLE ("the
+  /// owner replica ... found no backend"): 0.1.0's documented limit (0.2.0
+  /// owners decide while draining, 0.2.0 askers decide when refused). Counted
+  /// apart, only in that window.
+  std::atomic<bool> tolerate_owner_drain{false};
+  std::atomic<int> owner_drain_failures{0};
   std::mutex mu;
   std::vector<std::string> first_failures;  // up to 10, for the test's log
   std::map<std::string, session> sessions;  // every session and where it was placed
@@ -169,6 +176,11 @@ class traffic {
     ++calls;
     if (!s.ok()) {
       if (s.error_message().find("SESSION_CHANGED") != std::string::npos) ++changed;
+      if (!known && tolerate_owner_drain && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+          s.error_message().find("found no backend for a new session") != std::string::npos) {
+        ++owner_drain_failures;
+        return;
+      }
       return fail("Config " + id + " at " + std::to_string(port) + ": " + s.error_message());
     }
     const auto backend = header(ctx, "x-fake-backend");
@@ -281,11 +293,13 @@ class traffic {
 
 /// Rolls every replica of `c` to `to`, one at a time under traffic; `check`
 /// runs once the first rolled replica is back and the cluster is mixed.
+/// `old_drains[i]`: replica i drains as 0.1.0 beside another 0.1.0 replica.
 template <class Check>
-void roll(rolling_cluster& c, traffic& load, const std::string& to, Check check) {
+void roll(rolling_cluster& c, traffic& load, const std::string& to, std::array<bool, 3> old_drains, Check check) {
   for (int i = 0; i < rolling_cluster::n; ++i) {
     INFO("rolling scg-" << i);
     std::this_thread::sleep_for(1s);  // traffic on the cluster as it is
+    load.tolerate_owner_drain = old_drains[i];
     REQUIRE(load.take_out(i));
     c.replicas[i]->proc.signal(SIGTERM);
     CHECK(c.replicas[i]->proc.wait(20s) == 0);
@@ -293,6 +307,7 @@ void roll(rolling_cluster& c, traffic& load, const std::string& to, Check check)
     c.start(i, to);
     REQUIRE(eventually([&] { return c.meshed(); }, 20s));
     load.put_back(i);
+    load.tolerate_owner_drain = false;
     if (i == 0) check();
   }
   std::this_thread::sleep_for(1s);
@@ -301,14 +316,18 @@ void roll(rolling_cluster& c, traffic& load, const std::string& to, Check check)
 /// The checks after a roll: no call failed, no session moved or changed.
 void check_traffic(traffic& load) {
   std::lock_guard lock{load.mu};
-  for (const auto& f : load.first_failures) UNSCOPED_INFO(f);
+  std::string failed;
+  for (const auto& f : load.first_failures) failed += "\n  " + f;
+  INFO("first failures:" << failed);
   INFO(load.calls << " calls, " << load.sessions.size() << " sessions, " << load.executions << " executions, "
-                  << load.reattaches << " reattaches");
+                  << load.reattaches << " reattaches, " << load.owner_drain_failures
+                  << " new sessions refused by a draining 0.1.0 owner");
   CHECK(load.calls > 500);
   CHECK(load.executions > 20);
   CHECK(load.changed == 0);
   CHECK(load.moved == 0);
   CHECK(load.failures == 0);
+  CHECK(load.owner_drain_failures <= 20);
 }
 
 /// Every session still answered by the backend it was first placed on (each
@@ -340,7 +359,7 @@ TEST_CASE("a cluster of the previous release rolled to this one under traffic lo
   REQUIRE(eventually([&] { return c.meshed(); }, 20s));
   traffic load(c.grpc_ports);
   load.start(4);
-  roll(c, load, bin("scg"), [&] {
+  roll(c, load, bin("scg"), {true, true, false}, [&] {
     // Mixed: the new replica shows the old peers as protocol 1 with no version,
     // the old ones list it as an up member (they show no protocols).
     CHECK(c.protocol_of(0, "scg-1") == 1);
@@ -372,7 +391,7 @@ TEST_CASE("a cluster of this release rolled back to the previous one under traff
   REQUIRE(eventually([&] { return c.meshed(); }, 20s));
   traffic load(c.grpc_ports);
   load.start(4);
-  roll(c, load, previous_scg, [&] {
+  roll(c, load, previous_scg, {false, false, false}, [&] {
     // Mixed: the new replicas show the rolled-back one as protocol 1.
     CHECK(c.protocol_of(1, "scg-0") == 1);
     CHECK(c.protocol_of(2, "scg-0") == 1);
@@ -383,7 +402,7 @@ TEST_CASE("a cluster of this release rolled back to the previous one under traff
   check_bindings(c, load);
 }
 
-TEST_CASE("a peer that speaks no protocol version in common is refused, counted and named, on both sides",
+TEST_CASE("a peer that speaks no protocol version in common is refused on both sides and counted once",
           "[integration][cluster]") {
   temp_dir dir;
   auto a = start_fake(dir, "fake-version");
@@ -400,10 +419,15 @@ TEST_CASE("a peer that speaks no protocol version in common is refused, counted 
     auto j = nlohmann::json::parse(http_get(port, "/api/v1/cluster").second);
     CHECK(j["members"].size() == 1);  // itself only
   }
-  // The log line names both versions.
+  // One log line, naming both sides' versions.
   std::ifstream log(first.proc.log_path());
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  CHECK(text.find("peer_refused node=v-future") != std::string::npos);
-  CHECK(text.find("peer_protocols=9-9") != std::string::npos);
-  CHECK(text.find("protocols=1-2") != std::string::npos);
+  int lines = 0;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find("\"event\":\"peer_refused\"") == std::string::npos) continue;
+    ++lines;
+    CHECK(line.find("\"node\":\"v-future\"") != std::string::npos);
+    CHECK(line.find("\"peer_protocols\":\"9-9\"") != std::string::npos);
+    CHECK(line.find("\"protocols\":\"1-2\"") != std::string::npos);
+  }
+  CHECK(lines == 1);
 }
