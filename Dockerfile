@@ -1,6 +1,6 @@
 # scg container image: Debian bookworm, two stages, runs as uid 10001.
-#   docker build -t scg:0.1.0 .
-#   docker run --rm -v $PWD/scg.yaml:/etc/scg/scg.yaml:ro -p 15003:15003 -p 9090:9090 scg:0.1.0
+#   docker build -t scg:0.2.0 .
+#   docker run --rm -v $PWD/scg.yaml:/etc/scg/scg.yaml:ro -p 15003:15003 -p 9090:9090 scg:0.2.0
 # The entrypoint (deploy/docker/entrypoint.sh) renders /etc/scg/scg.yaml into
 # /run/scg/scg.yaml, filling in ${SCG_...} placeholders from the environment,
 # and starts `scg --config /run/scg/scg.yaml`. See deploy/README.md.

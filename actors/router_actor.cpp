@@ -146,11 +146,14 @@ void replicate_put(self_ptr self, std::string key, std::string value, std::strin
 /// This replica decides: placement, binding, replication. Re-checks the
 /// table first: a decision made while we waited on an answer stands. The
 /// session was admitted (refuse_new) by the replica the call arrived at, so
-/// an owner deciding for a peer never refuses what that peer let in.
-route_result decide_here(self_ptr self, const std::string& key, bool is_new = true) {
+/// an owner deciding for a peer never refuses what that peer let in, not even
+/// while it shuts down (`for_peer`: a rolling restart would fail new sessions
+/// at the other replicas for the length of the drain).
+route_result decide_here(self_ptr self, const std::string& key, bool is_new = true, bool for_peer = false) {
   auto& st = self->state;
   if (auto b = st.table->find_session(key, now_ms())) return {*b, {}};
-  if (!st.accepting) return {std::nullopt, "scg: replica is shutting down", core::local_reason::shutting_down};
+  if (!st.accepting && !for_peer)
+    return {std::nullopt, "scg: replica is shutting down", core::local_reason::shutting_down};
   auto pick = place(st.settings.policy, candidates(st, key), st.cursor);
   if (!pick) {
     return {std::nullopt, no_backend_message(st)};
@@ -188,8 +191,9 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
   self->request(owner_router, ask_timeout, decide_atom::value, key)
       .then(
           [=](const std::string& name) {
-            if (name.empty()) return done({std::nullopt, "scg: the owner replica " + owner +
-                                                             " found no backend for a new session"});
+            // No answer: the owner found no backend, or (before 0.2.0) it was
+            // shutting down. This replica decides; with no backend it says so.
+            if (name.empty()) return done(decide_here(self, key));
             done(adopt(self, key, name));
           },
           [=](const caf::error&) {
@@ -350,15 +354,15 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
           rp.deliver(r.backend ? self->state.backends[*r.backend]->name : std::string());
         };
         if (!st.cluster) {
-          answer(decide_here(self, key));
+          answer(decide_here(self, key, true, true));
           return rp;
         }
         self->request(st.cluster, ask_timeout, lookup_atom::value, "s/" + key)
             .then(
                 [=](const std::string& name) mutable {
-                  answer(name.empty() ? decide_here(self, key) : adopt(self, key, name));
+                  answer(name.empty() ? decide_here(self, key, true, true) : adopt(self, key, name));
                 },
-                [=](const caf::error&) mutable { answer(decide_here(self, key)); });
+                [=](const caf::error&) mutable { answer(decide_here(self, key, true, true)); });
         return rp;
       },
       [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {

@@ -1,8 +1,9 @@
 // The cluster actor: one per replica. It
 //   - publishes itself on cluster.bind_addr and dials the seeds (each address
 //     a seed name resolves to), re-dialing with backoff;
-//   - greets peers with its node name and gossips the addresses it knows, so
-//     the replicas form a full mesh;
+//   - greets peers with its node name and protocol versions and gossips the
+//     addresses it knows, so the replicas form a full mesh; refuses a peer
+//     that speaks no protocol version it speaks;
 //   - versions local writes (hybrid logical clock + node name), pushes them
 //     in micro-batches, merges what peers send (newest version wins) and
 //     repairs what was lost by digest anti-entropy on (re)connect and
@@ -31,6 +32,7 @@
 #include "actors/protocol.hpp"
 #include "cluster/membership.hpp"
 #include "cluster/messages.hpp"
+#include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
 
@@ -372,12 +374,94 @@ void forget_departed(self_ptr self) {
   if (!gone.empty()) publish_members(self);
 }
 
-/// Introduces this replica to `peer`. The router goes as a caf::actor, the
-/// type older replicas expect.
+/// Introduces this replica to `peer`: the versioned hello, then the legacy
+/// one while this replica speaks protocol 1 (v0.1.0 peers act on that one and
+/// log the other as unexpected; newer peers act on the first). Both come from
+/// one actor to one actor, so they arrive in this order. The router goes as a
+/// caf::actor, the type older replicas expect.
 void greet(self_ptr self, const cluster_actor& peer) {
   auto& st = self->state;
-  self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, caf::actor_cast<caf::actor>(st.router),
-             st.members.known_addresses());
+  const auto& v = st.members.self();
+  const auto router = caf::actor_cast<caf::actor>(st.router);
+  self->send(peer, hellov_atom::value, v.protocol, v.min_protocol, v.scg_version, st.cfg.node_name, st.self_address,
+             router, st.members.known_addresses());
+  if (sends_legacy_hello(v))
+    self->send(peer, hello_atom::value, st.cfg.node_name, st.self_address, router, st.members.known_addresses());
+}
+
+/// What this replica announces: this build. The test-only environment
+/// variable SCG_TEST_CLUSTER_PROTOCOL=N makes it announce protocol N alone,
+/// so a test can start a peer this build cannot speak with
+/// (tests/integration/upgrade_test.cpp); it is no setting and no contract.
+peer_version announced_version() {
+  auto v = this_build();
+  if (const char* n = std::getenv("SCG_TEST_CLUSTER_PROTOCOL")) {
+    char* end = nullptr;
+    const auto p = std::strtoul(n, &end, 10);
+    if (end != n && *end == '\0' && p > 0 && p < 1000) v.protocol = v.min_protocol = static_cast<std::uint32_t>(p);
+  }
+  return v;
+}
+
+/// A peer's hello, versioned (`announced`) or legacy (nullopt): membership
+/// decides, this acts on its verdict.
+void on_hello(self_ptr self, const std::string& name, const std::string& address, const caf::actor& router,
+              const std::vector<std::string>& known, const std::optional<peer_version>& announced) {
+  auto& st = self->state;
+  auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
+  // A hello whose sender's link broke on the way arrives without one:
+  // nothing to answer, nobody to watch (the peer greets again).
+  if (!sender) return;
+  cluster_actor replaced;
+  bool warn = false;
+  using verdict = members_table::hello;
+  switch (st.members.on_hello(sender, router, sender.node() == self->node(), name, address, known, announced,
+                              actors::wall_now_ms(), &replaced, &warn)) {
+    case verdict::ours:
+    case verdict::twin_again:
+    case verdict::known:
+      break;
+    case verdict::twin:
+      greet(self, sender);  // once: so the other one learns of it too
+      core::bump(core::global_metrics().cluster_duplicate_names_total);
+      log().error("duplicate_node_name node={} address={} reason=\"another replica uses this node_name; "
+                  "they cannot both be members\"", name, address);
+      break;
+    case verdict::bad_address:
+      log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
+      break;
+    case verdict::claimed:
+      if (!warn) break;
+      core::bump(core::global_metrics().cluster_duplicate_names_total);
+      log().error("duplicate_node_name node={} address={} member_address={} reason=\"two replicas use this "
+                  "node_name; the one seen first stays the member\"", name, address,
+                  st.members.members().at(name).address);
+      break;
+    case verdict::refused: {
+      if (!warn) break;
+      const auto theirs = announced.value_or(legacy_peer());
+      const auto& ours = st.members.self();
+      core::bump(core::global_metrics().cluster_protocol_refused_total);
+      log().error("peer_refused node={} address={} peer_protocols={}-{} peer_scg_version={} protocols={}-{} "
+                  "scg_version={} reason=\"no cluster protocol version in common: replicas of these versions "
+                  "cannot be mixed (docs/cluster.md, Protocol versions)\"", name, address, theirs.min_protocol,
+                  theirs.protocol, theirs.scg_version.empty() ? "unknown" : theirs.scg_version, ours.min_protocol,
+                  ours.protocol, ours.scg_version);
+      greet(self, sender);  // once: so the peer learns of it and refuses too
+      break;
+    }
+    case verdict::joined: {
+      if (replaced) self->demonitor(replaced.address());
+      self->monitor(sender);
+      greet(self, sender);  // the other side learns us even if it did not dial
+      if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(st.table));
+      const auto& v = st.members.members().at(name).version;
+      log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
+                 v.scg_version.empty() ? "unknown" : v.scg_version);
+      publish_members(self);
+      break;
+    }
+  }
 }
 
 /// Peers are heard only once the address they would be greeted back with is
@@ -415,7 +499,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
                                               std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.members = members_table{st.cfg.node_name};
+  st.members = members_table{st.cfg.node_name, announced_version()};
   st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
   st.op_ttl_ms = std::int64_t{ttl.op_ttl_secs} * 1000;
   st.sessions = std::move(sessions);
@@ -454,48 +538,17 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
 
       // --- from peers -------------------------------------------------------
+      [=](hellov_atom, std::uint32_t protocol, std::uint32_t min_protocol, const std::string& scg_version,
+          const std::string& name, const std::string& address, const caf::actor& router,
+          const std::vector<std::string>& known) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
+        on_hello(self, name, address, router, known, peer_version{protocol, min_protocol, scg_version});
+        return {};
+      },
       [=](hello_atom, const std::string& name, const std::string& address, const caf::actor& router,
           const std::vector<std::string>& known) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
-        auto& st = self->state;
-        auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
-        // A hello whose sender's link broke on the way arrives without one:
-        // nothing to answer, nobody to watch (the peer greets again).
-        if (!sender) return {};
-        cluster_actor replaced;
-        bool warn = false;
-        using verdict = members_table::hello;
-        switch (st.members.on_hello(sender, router, sender.node() == self->node(), name, address, known,
-                                    actors::wall_now_ms(), &replaced, &warn)) {
-          case verdict::ours:
-          case verdict::twin_again:
-          case verdict::known:
-            break;
-          case verdict::twin:
-            greet(self, sender);  // once: so the other one learns of it too
-            core::bump(core::global_metrics().cluster_duplicate_names_total);
-            log().error("duplicate_node_name node={} address={} reason=\"another replica uses this node_name; "
-                        "they cannot both be members\"", name, address);
-            break;
-          case verdict::bad_address:
-            log().warn("hello_refused node={} reason=\"unusable address '{}'\"", name, address);
-            break;
-          case verdict::claimed:
-            if (!warn) break;
-            core::bump(core::global_metrics().cluster_duplicate_names_total);
-            log().error("duplicate_node_name node={} address={} member_address={} reason=\"two replicas use this "
-                        "node_name; the one seen first stays the member\"", name, address,
-                        st.members.members().at(name).address);
-            break;
-          case verdict::joined:
-            if (replaced) self->demonitor(replaced.address());
-            self->monitor(sender);
-            greet(self, sender);  // the other side learns us even if it did not dial
-            if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(st.table));
-            log().info("member_up node={} address={}", name, address);
-            publish_members(self);
-            break;
-        }
+        on_hello(self, name, address, router, known, std::nullopt);
         return {};
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {

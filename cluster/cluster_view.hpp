@@ -15,6 +15,8 @@ struct member_info {
   std::string status;  ///< "up" | "down"
   std::int64_t last_seen_ms = 0;  ///< wall clock of the last message from it; 0 never
   std::int64_t lag_ms = 0;        ///< age of its newest entry when it arrived here
+  std::uint32_t protocol = 1;     ///< the newest cluster protocol it speaks (1: v0.1.0, no versioned hello)
+  std::string scg_version;        ///< as it announced it; "" when it did not (protocol 1)
 };
 
 /// A snapshot the cluster actor replaces whole.

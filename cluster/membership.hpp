@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cluster/cluster_view.hpp"
+#include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
 
 namespace scg::cluster {
@@ -28,26 +30,40 @@ class membership {
     bool up = false;
     std::int64_t last_seen_ms = 0;  ///< wall clock
     std::int64_t lag_ms = 0;
+    peer_version version;  ///< as it announced it (legacy_peer() for protocol 1)
   };
 
   /// What a hello means, for the caller to act on.
-  enum class hello { ours, twin, twin_again, bad_address, claimed, joined, known };
+  enum class hello { ours, twin, twin_again, bad_address, claimed, refused, joined, known };
+
+  /// A legacy hello (protocol 1's shape, no version in it): see below.
+  hello on_hello(const Link& from, const Router& router, bool local, const std::string& name,
+                 const std::string& address, const std::vector<std::string>& gossip, std::int64_t now_ms,
+                 Link* replaced = nullptr, bool* warn = nullptr) {
+    return on_hello(from, router, local, name, address, gossip, std::optional<peer_version>{}, now_ms, replaced, warn);
+  }
 
   /// A hello from `from` (whose router is `router`): node `name`, reachable
-  /// at `address`, knowing `gossip` addresses. `local` says `from` is in this
-  /// process (we dialed ourselves). The verdicts:
+  /// at `address`, knowing `gossip` addresses, announcing `announced` (a
+  /// versioned hello) or nothing (a legacy hello: protocol 1, or the legacy
+  /// hello a newer peer sends after its versioned one, which then decided).
+  /// `local` says `from` is in this process (we dialed ourselves). The verdicts:
   ///   ours         our own hello: `address` is us, never dialed again;
   ///   twin         another replica uses our name (warn, greet it once);
   ///   twin_again   the same, already warned;
   ///   bad_address  `address` is no host:port: refused;
   ///   claimed      a second process claims a live member's name: the one
   ///                seen first stays (`*warn` set the first time);
+  ///   refused      the peer speaks no protocol this replica speaks
+  ///                (common_protocol is 0): no member; `*warn` set the first
+  ///                time this name announces these versions;
   ///   joined       a new member, or one back up (watch it, greet, sync);
   ///                `*replaced` is the link it had before, if another;
   ///   known        an up member's hello again (seen now).
   hello on_hello(const Link& from, const Router& router, bool local, const std::string& name,
-                 const std::string& address, const std::vector<std::string>& gossip, std::int64_t now_ms,
-                 Link* replaced = nullptr, bool* warn = nullptr) {
+                 const std::string& address, const std::vector<std::string>& gossip,
+                 const std::optional<peer_version>& announced, std::int64_t now_ms, Link* replaced = nullptr,
+                 bool* warn = nullptr) {
     if (name == node_name_) {
       if (local) {
         self_addresses_.insert(address);
@@ -56,6 +72,22 @@ class membership {
       return warned_.insert(address).second ? hello::twin : hello::twin_again;
     }
     if (!core::parse_host_port(address)) return hello::bad_address;
+    auto found = members_.find(name);
+    const bool echo = !announced && found != members_.end() && found->second.up && found->second.link == from;
+    if (!echo) {
+      auto r = refused_.find(name);
+      if (!announced && r != refused_.end() && r->second.link == from) {  // its legacy echo
+        if (warn) *warn = false;
+        return hello::refused;
+      }
+      const peer_version v = announced.value_or(legacy_peer());
+      if (common_protocol(self_, v) == 0) {
+        const bool fresh = r == refused_.end() || !(r->second.version == v);
+        refused_[name] = {from, v};
+        if (warn) *warn = fresh;
+        return hello::refused;
+      }
+    }
     auto& m = members_[name];
     if (m.up && m.link && !(m.link == from) && m.link.node() != from.node()) {
       if (warn) *warn = warned_.insert(address).second;
@@ -68,6 +100,8 @@ class membership {
       m.router = router;
       m.address = address;
       m.up = true;
+      m.version = announced.value_or(legacy_peer());
+      refused_.erase(name);
     }
     m.last_seen_ms = now_ms;
     targets_[address].connected = true;
@@ -165,13 +199,17 @@ class membership {
   }
   /// The admin view's rows: this replica first, then every member.
   std::vector<member_info> view(const std::string& self_address, std::int64_t now_ms) const {
-    std::vector<member_info> out{{node_name_, self_address, "self", now_ms, 0}};
+    std::vector<member_info> out{{node_name_, self_address, "self", now_ms, 0, self_.protocol, self_.scg_version}};
     for (const auto& [name, m] : members_)
-      out.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms});
+      out.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms, m.version.protocol,
+                     m.version.scg_version});
     return out;
   }
 
-  explicit membership(std::string node_name) : node_name_(std::move(node_name)) {}
+  /// This replica is `node_name` and speaks what `self` announces.
+  explicit membership(std::string node_name, peer_version self = this_build())
+      : node_name_(std::move(node_name)), self_(std::move(self)) {}
+  const peer_version& self() const { return self_; }
 
   static constexpr std::int64_t first_backoff_ms = 250;
   static constexpr std::int64_t max_backoff_ms = 2000;
@@ -184,7 +222,14 @@ class membership {
     std::int64_t backoff_ms = first_backoff_ms;
   };
 
+  struct refusal {
+    Link link;
+    peer_version version;
+  };
+
   std::string node_name_;
+  peer_version self_;
+  std::map<std::string, refusal> refused_;       ///< by node name: the last link refused, what it announced
   std::map<std::string, member> members_;        ///< by node name, never self
   std::map<std::string, target> targets_;        ///< by "host:port"
   std::set<std::string> self_addresses_;         ///< addresses that turned out to be us

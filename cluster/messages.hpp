@@ -12,7 +12,8 @@
 
 namespace scg::cluster {
 
-using hello_atom = caf::atom_constant<caf::atom("hello")>;        // a peer introduces itself
+using hello_atom = caf::atom_constant<caf::atom("hello")>;        // a peer introduces itself (protocol 1's shape)
+using hellov_atom = caf::atom_constant<caf::atom("hellov")>;      // the same, with its protocol versions first
 using digest_atom = caf::atom_constant<caf::atom("digest")>;      // a peer's table digest
 using entries_atom = caf::atom_constant<caf::atom("entries")>;    // a repair: entries that differ
 using ack_atom = caf::atom_constant<caf::atom("ack")>;            // a repair taken
@@ -29,8 +30,16 @@ using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // seed addres
 /// peers send (remote: they hold it as caf::actor, so a peer of another
 /// version may send what it does not take; its default handler logs that),
 /// and its own timers. The wire shapes predate the typed interface.
+/// Versions (docs/cluster.md, "Protocol versions"): a replica greets with
+/// hellov (protocol, min protocol, scg version, then hello's fields) and then,
+/// while it speaks protocol 1, with the legacy hello, which v0.1.0 acts on
+/// (it logs hellov as unexpected). Every other message keeps its shape within
+/// a protocol version; a later version that changes one adds a new shape and
+/// sends it only to members that announced that version.
 using cluster_actor = actors::replication_actor::extend<
     // from peers
+    caf::reacts_to<hellov_atom, std::uint32_t, std::uint32_t, std::string, std::string, std::string, caf::actor,
+                   std::vector<std::string>>,  // protocol, min protocol, scg version, then as hello
     caf::reacts_to<hello_atom, std::string, std::string, caf::actor, std::vector<std::string>>,  // name, address, router, known addresses
     caf::reacts_to<digest_atom, std::vector<std::uint64_t>>,
     caf::replies_to<entries_atom, std::vector<entry>, bool>::with<ack_atom>,  // entries, sync_reply (the last of a sync)

@@ -35,6 +35,7 @@ namespace scg::core {
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
   X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
+  X(cluster_protocol_refused_total, "Peers refused: they speak no cluster protocol version this replica speaks") \
   X(config_reloads_total, "Backend-set reloads applied (SIGHUP)")                                 \
   X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \
   X(backend_resolve_failures_total, "Re-resolutions of a resolve: all backend name that failed")   \

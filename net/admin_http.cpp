@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
@@ -285,10 +286,15 @@ std::string cluster_json(const admin_view& view) {
                          {"address", m.address},
                          {"status", m.status},
                          {"last_seen_ms_ago", m.last_seen_ms ? now - m.last_seen_ms : -1},
-                         {"replication_lag_ms", m.lag_ms}});
+                         {"replication_lag_ms", m.lag_ms},
+                         {"protocol", m.protocol},
+                         // null: a protocol-1 peer (v0.1.0) announces no version
+                         {"scg_version", m.scg_version.empty() ? nlohmann::json() : nlohmann::json(m.scg_version)}});
   } else {
+    const auto self = cluster::this_build();
     members.push_back({{"name", view.node_name}, {"address", ""}, {"status", "self"},
-                       {"last_seen_ms_ago", 0}, {"replication_lag_ms", 0}});
+                       {"last_seen_ms_ago", 0}, {"replication_lag_ms", 0}, {"protocol", self.protocol},
+                       {"scg_version", self.scg_version}});
   }
   return nlohmann::json{{"node", view.node_name},
                         {"synced", view.synced.load()},

@@ -478,20 +478,6 @@ TEST_CASE("a clustered replica drains and exits 0 on SIGTERM - its peer sees it 
   CHECK(eventually(down, 5s));
 }
 
-namespace {
-int unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-}  // namespace
-
 TEST_CASE("three replicas started at the same instant, each seeded with all, form one mesh", "[integration][cluster]") {
   // Each may be dialed before it knows the address it announces: none may
   // announce an empty one, and none may fail on one.

@@ -4,10 +4,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,16 +146,29 @@ std::string gateway_yaml(const std::vector<const fake_spark*>& backends, const s
 }
 
 gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag,
-                      const std::vector<std::string>& wrapper) {
+                      const std::vector<std::string>& wrapper, const std::string& program) {
   auto cfg = dir.write(tag + ".yaml", yaml);
   auto port_file = dir.file(tag + ".ports");
   std::vector<std::string> argv = wrapper;
-  for (const auto& a : {bin("scg"), std::string("--config"), cfg, std::string("--port-file"), port_file})
+  for (const auto& a : {program.empty() ? bin("scg") : program, std::string("--config"), cfg,
+                        std::string("--port-file"), port_file})
     argv.push_back(a);
   process p{argv, dir.file(tag + ".log")};
   auto ports = wait_for_json_file(port_file, 10s);
   return {std::move(p), ports.at("grpc").get<int>(), ports.at("admin").get<int>(),
           ports.value("cluster", 0)};
+}
+
+int unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 std::pair<int, std::string> http_get(int port, const std::string& path) {

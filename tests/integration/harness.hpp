@@ -94,9 +94,13 @@ struct gateway {
 std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
                          const std::string& extra = "", const std::string& host = "127.0.0.1");
 
-/// Starts scg with config `yaml`; `wrapper` prefixes the command.
+/// Starts scg with config `yaml`; `wrapper` prefixes the command; `program`
+/// is the scg binary to run (this build's when empty).
 gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg",
-                      const std::vector<std::string>& wrapper = {});
+                      const std::vector<std::string>& wrapper = {}, const std::string& program = "");
+
+/// A loopback TCP port free a moment ago, for a config that names its ports.
+int unused_port();
 
 /// HTTP GET on loopback; {status, body}, status -1 when it failed.
 std::pair<int, std::string> http_get(int port, const std::string& path);

@@ -145,3 +145,50 @@ TEST_CASE("batches refresh the sender's last seen and lag, and the view lists th
   CHECK(v[1].last_seen_ms == 4000);
   CHECK(v[1].lag_ms == 42);
 }
+
+TEST_CASE("a versioned hello records the peer's protocol, the legacy hello after it changes nothing",
+          "[cluster][membership][version]") {
+  table t("a", {2, 1, "0.2.0"});
+  const scg::cluster::peer_version v2{2, 1, "0.2.0"};
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, v2, 1000) == hello::joined);
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 1000) == hello::known);  // its legacy echo
+  CHECK(t.members().at("b").version == v2);
+  // A peer that sent only the legacy hello is protocol 1, its version unknown.
+  CHECK(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, 1000) == hello::joined);
+  CHECK(t.members().at("c").version == scg::cluster::legacy_peer());
+  const auto v = t.view("10.0.0.1:7400", 2000);
+  REQUIRE(v.size() == 3);
+  CHECK(v[0].protocol == 2);
+  CHECK(v[0].scg_version == "0.2.0");
+  CHECK(v[1].protocol == 2);
+  CHECK(v[1].scg_version == "0.2.0");
+  CHECK(v[2].protocol == 1);
+  CHECK(v[2].scg_version.empty());
+  // c restarts on the new version (a new link on its node): the versioned hello wins.
+  REQUIRE(t.on_down(link{3, 30}).size() == 1);
+  CHECK(t.on_hello({3, 31}, "r", false, "c", "10.0.0.3:7400", none, v2, 3000) == hello::joined);
+  CHECK(t.members().at("c").version == v2);
+}
+
+TEST_CASE("a peer with no protocol in common is refused with its legacy hello, warned of once per version",
+          "[cluster][membership][version]") {
+  table t("a", {2, 1, "0.2.0"});
+  bool warn = false;
+  const scg::cluster::peer_version nine{9, 9, "9.0.0"};
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, nine, 0, nullptr, &warn) == hello::refused);
+  CHECK(warn);
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 0, nullptr, &warn) == hello::refused);
+  CHECK_FALSE(warn);  // its legacy hello: refused with it, no second warning
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, nine, 0, nullptr, &warn) == hello::refused);
+  CHECK_FALSE(warn);
+  CHECK(t.members().empty());
+  CHECK(t.dial_now(0).empty());  // nothing it gossips is dialed
+  // Upgraded to a version that is one release away: it joins.
+  CHECK(t.on_hello({2, 21}, "r", false, "b", "10.0.0.2:7400", none, scg::cluster::peer_version{3, 2, "0.3.0"}, 0) == hello::joined);
+  CHECK(t.members().at("b").version.protocol == 3);
+  // A replica that no longer speaks protocol 1 refuses a v0.1.0 peer's legacy hello.
+  table newer("n", {3, 2, "0.3.0"});
+  CHECK(newer.on_hello({4, 40}, "r", false, "old", "10.0.0.4:7400", none, 0, nullptr, &warn) == hello::refused);
+  CHECK(warn);
+  CHECK(newer.members().empty());
+}

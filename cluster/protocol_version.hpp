@@ -1,0 +1,49 @@
+#pragma once
+// Cluster protocol versions: which one this build speaks, which peers it can
+// speak with. Pure, no actors (tests/unit/protocol_version_test.cpp); the
+// rule for changing a message is in docs/cluster.md, "Protocol versions".
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace scg::cluster {
+
+/// The cluster protocol this build speaks. 1 is v0.1.0's, which carried no
+/// version: a peer that sends only the legacy hello speaks 1.
+inline constexpr std::uint32_t protocol_version = 2;
+/// The oldest protocol this build still speaks: the previous release's.
+inline constexpr std::uint32_t min_protocol_version = 1;
+
+/// What a replica announces in its versioned hello: the protocols it speaks,
+/// [min_protocol, protocol], and its scg version ("" when not announced).
+struct peer_version {
+  std::uint32_t protocol = 1;
+  std::uint32_t min_protocol = 1;
+  std::string scg_version;
+  bool operator==(const peer_version& o) const {
+    return protocol == o.protocol && min_protocol == o.min_protocol && scg_version == o.scg_version;
+  }
+};
+
+/// A peer that sent only the legacy hello: protocol 1, version unknown.
+inline peer_version legacy_peer() { return {1, 1, ""}; }
+
+/// This build, as it announces itself.
+inline peer_version this_build() { return {protocol_version, min_protocol_version, SCG_VERSION}; }
+
+/// The protocol `ours` and `theirs` speak with each other: the newest both
+/// speak, 0 when their ranges do not meet (or either range is empty): refuse.
+inline std::uint32_t common_protocol(const peer_version& ours, const peer_version& theirs) {
+  if (ours.min_protocol > ours.protocol || theirs.min_protocol > theirs.protocol) return 0;
+  const auto low = std::max(ours.min_protocol, theirs.min_protocol);
+  const auto high = std::min(ours.protocol, theirs.protocol);
+  return low <= high ? high : 0;
+}
+
+/// Whether a replica announcing `ours` also sends the legacy hello: only
+/// while it still speaks protocol 1, so a v0.1.0 peer (which cannot refuse
+/// anyone) never takes a replica that cannot speak with it as a member.
+inline bool sends_legacy_hello(const peer_version& ours) { return ours.min_protocol <= 1; }
+
+}  // namespace scg::cluster

@@ -1,0 +1,30 @@
+// cluster/protocol_version.hpp: which peers a replica can speak with.
+#include <catch2/catch.hpp>
+
+#include "cluster/protocol_version.hpp"
+
+using namespace scg::cluster;
+
+TEST_CASE("this build speaks protocol 2 and still speaks v0.1.0's protocol 1", "[cluster][version]") {
+  const auto self = this_build();
+  CHECK(self.protocol == 2);
+  CHECK(self.min_protocol == 1);
+  CHECK(self.scg_version == SCG_VERSION);
+  CHECK(common_protocol(self, legacy_peer()) == 1);  // a v0.1.0 peer
+  CHECK(common_protocol(self, self) == 2);
+  CHECK(sends_legacy_hello(self));
+}
+
+TEST_CASE("two replicas speak the newest protocol in both ranges, none when the ranges do not meet",
+          "[cluster][version]") {
+  const peer_version two{2, 1, "0.2.0"}, three{3, 2, "0.3.0"}, four{4, 3, "0.4.0"};
+  CHECK(common_protocol(two, three) == 2);
+  CHECK(common_protocol(three, two) == 2);
+  CHECK(common_protocol(three, four) == 3);
+  CHECK(common_protocol(two, four) == 0);  // two releases apart: refused, both ways
+  CHECK(common_protocol(four, two) == 0);
+  CHECK(common_protocol(three, legacy_peer()) == 0);
+  CHECK_FALSE(sends_legacy_hello(three));  // v0.1.0 never sees a hello it would accept
+  CHECK(common_protocol(two, peer_version{9, 9, "x"}) == 0);
+  CHECK(common_protocol(two, peer_version{1, 2, "broken"}) == 0);  // an empty range
+}
