@@ -84,6 +84,8 @@ class membership {
       if (common_protocol(self_, v) == 0) {
         const bool fresh = r == refused_.end() || !(r->second.version == v);
         refused_[name] = {from, v};
+        // Dialed again only after a while: it stays refused until upgraded.
+        if (auto t = targets_.find(address); t != targets_.end()) t->second.next_attempt_ms = now_ms + refused_redial_ms;
         if (warn) *warn = fresh;
         return hello::refused;
       }
@@ -213,6 +215,8 @@ class membership {
 
   static constexpr std::int64_t first_backoff_ms = 250;
   static constexpr std::int64_t max_backoff_ms = 2000;
+  /// How long a refused peer's address waits before it is dialed again.
+  static constexpr std::int64_t refused_redial_ms = 30000;
 
  private:
   struct target {

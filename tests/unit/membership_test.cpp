@@ -183,6 +183,14 @@ TEST_CASE("a peer with no protocol in common is refused with its legacy hello, w
   CHECK_FALSE(warn);
   CHECK(t.members().empty());
   CHECK(t.dial_now(0).empty());  // nothing it gossips is dialed
+  // A seed that turns out to be refused is dialed again only after a while.
+  t.add_target("10.0.0.2:7400");
+  REQUIRE(t.dial_now(100).size() == 1);
+  t.dial_dropped("10.0.0.2:7400");
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, nine, 100, nullptr, &warn) == hello::refused);
+  CHECK(t.dial_now(600).empty());
+  CHECK(t.dial_now(100 + table::refused_redial_ms).size() == 1);
+  t.dial_dropped("10.0.0.2:7400");
   // Upgraded to a version that is one release away: it joins.
   CHECK(t.on_hello({2, 21}, "r", false, "b", "10.0.0.2:7400", none, scg::cluster::peer_version{3, 2, "0.3.0"}, 0) == hello::joined);
   CHECK(t.members().at("b").version.protocol == 3);
