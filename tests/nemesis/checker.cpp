@@ -47,6 +47,7 @@ struct checker {
   const history& h;
   const windows& w;
   report r;
+  std::set<std::string> changed;  ///< sessions counted in check_sessions (allowed or not)
 
   void example(const std::string& text) {
     if (r.examples.size() < max_examples) r.examples.push_back(text);
@@ -147,6 +148,7 @@ struct checker {
       const bool disagreed = first_backends.size() > 1;
       const bool changed = backends.size() > 1 || changed_status;
       if (!disagreed && !changed) continue;
+      this->changed.insert(id);
       if (born_disturbed) {
         ++(disagreed ? r.allowed_disagreements : r.allowed_session_changes);
         continue;
@@ -237,7 +239,21 @@ struct checker {
         example("session " + id + ": the replicas named " + std::to_string(named.size()) + " backends at the end");
       }
       auto s = sessions.find(id);
-      if (!missing || released.count(id) || s == sessions.end()) continue;
+      if (released.count(id) || s == sessions.end()) continue;
+      const call* last = nullptr;  // the session's last answer from a backend
+      for (const auto* c : s->second)
+        if (!c->backend.empty()) last = c;  // a clone call: its new session's backend too
+      if (last && named.size() == 1 && *named.begin() != last->backend && !changed.count(id)) {
+        // The table moved it since its last call: its next call changes backend.
+        if (disturbed(s->second.front()->start_ms)) {
+          ++r.allowed_session_changes;
+        } else {
+          ++r.session_changes;
+          example("session " + id + ": served by " + last->backend + ", the replicas name " + *named.begin() +
+                  " at the end");
+        }
+      }
+      if (!missing) continue;
       const bool served = std::any_of(s->second.begin(), s->second.end(), [](const call* c) { return c->code == 0; });
       if (!served) continue;
       if (disturbed(s->second.front()->start_ms)) {

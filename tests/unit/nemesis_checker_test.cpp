@@ -140,6 +140,15 @@ TEST_CASE("a binding missing from a live replica at the end is lost", "[nemesis]
   CHECK(r.violations() == 1);
 }
 
+TEST_CASE("a table that names another backend than the session's last call is a session change", "[nemesis]") {
+  auto h = clean();
+  for (auto& f : h.finals)
+    if (f.session == "s3") f.backend = "fake-c";
+  auto r = check(h);
+  CHECK(r.session_changes == 1);
+  CHECK(r.final_disagreements == 0);
+}
+
 TEST_CASE("replicas naming different backends at the end disagree", "[nemesis]") {
   auto h = clean();
   h.finals[3].backend = "fake-b";  // s1 at scg-1
