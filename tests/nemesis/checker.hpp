@@ -20,7 +20,10 @@ struct call {
   std::string rpc;        ///< config, execute, reattach, release_execute, analyze, clone, release_session
   std::string session;    ///< the session id it carried
   std::string op;         ///< the operation id, for execute / reattach / release_execute
-  bool by_op = false;     ///< routed by its operation (reattach, release_execute): its session id is new
+  bool by_op = false;     ///< routed by its operation (reattach, release_execute)
+  /// by_op under a session id no backend knows: the operation's backend
+  /// answers INVALID_HANDLE.SESSION_NOT_FOUND, and which backend answered is the point
+  bool probe = false;
   std::string backend;    ///< x-fake-backend of the answer; empty when scg (or nobody) answered
   int code = 0;           ///< gRPC status code
   std::string message;    ///< the status message when code != 0

@@ -38,6 +38,9 @@ history clean() {
              make(60, "scg-1", "release_execute", "r-2", "fake-a", 0, "op1"),
              make(80, "scg-2", "analyze", "s2", "fake-b"),
              make(90, "scg-0", "config", "s2", "fake-b")};
+  auto probe = make(45, "scg-0", "reattach", "p-1", "fake-a", 13, "op1", "[INVALID_HANDLE.SESSION_NOT_FOUND] x");
+  probe.probe = true;
+  h.calls.push_back(probe);
   auto clone = make(100, "scg-0", "clone", "s1", "fake-a");
   clone.new_session = "s3";
   h.calls.push_back(clone);
@@ -57,7 +60,8 @@ history clean() {
 TEST_CASE("a clean history has no violations", "[nemesis]") {
   auto r = check(clean());
   CHECK(r.violations() == 0);
-  CHECK(r.calls == 9);
+  CHECK(r.calls == 10);
+  CHECK(r.ok_calls == 10);
   CHECK(r.sessions == 3);
   CHECK(r.operations == 1);
   CHECK(r.convergence_percentile(99) == 180);
@@ -73,7 +77,8 @@ TEST_CASE("the history round-trips through its file", "[nemesis]") {
   REQUIRE(read_history(file, back, &error));
   CHECK(back.seed == 7);
   CHECK(back.calls.size() == h.calls.size());
-  CHECK(back.calls[6].new_session == "s3");
+  CHECK(back.calls[7].new_session == "s3");
+  CHECK(back.calls[3].probe);  // in the order the calls started
   CHECK(back.calls[2].by_op);
   CHECK(back.faults.at(0).targets == std::vector<std::string>{"scg-0"});
   CHECK(back.finals.size() == h.finals.size());
@@ -127,8 +132,13 @@ TEST_CASE("an operation reaching a second backend is a misroute unless its repli
   // A partition between the two replicas begun as it started: allowed.
   h.faults.back() = {"partition", 22, 2000, {"scg-0"}};
   CHECK(check(h).op_misroutes == 0);
-  // ... but not one that left both on the same side.
+  // ... or one under way when it started (the other side cannot learn of it) ...
+  h.faults.back() = {"partition", 5, 2000, {"scg-0"}};
+  CHECK(check(h).op_misroutes == 0);
+  // ... but not one that left both on the same side, or had healed long before.
   h.faults.back() = {"partition", 22, 2000, {"scg-2"}};
+  CHECK(check(h).op_misroutes == 1);
+  h.faults.back() = {"partition", -9000, -5000, {"scg-0"}};
   CHECK(check(h).op_misroutes == 1);
 }
 
