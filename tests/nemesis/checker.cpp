@@ -61,21 +61,21 @@ struct checker {
   }
 
   /// Replica `a` could not have heard from `b` of a write `b` made in
-  /// [t0, t1] by `until`: `b` was killed, stopped or frozen before the
-  /// write's delta went out (a frozen one sends it on thawing), or a
-  /// partition between them began before the delta went out and had not
-  /// healed (and settled) by `until`.
+  /// [t0, t1] by `until`: `b` died or was stopped before the write's delta
+  /// went out, or the two were not linked from before the delta went out
+  /// until `until`: a partition between them, or one of them frozen,
+  /// restarted or just joined (its links are down until it has reconnected,
+  /// as in a partition), not yet healed and settled.
   bool cut_off(const std::string& a, const std::string& b, std::int64_t t0, std::int64_t t1,
                std::int64_t until) const {
     for (const auto& f : h.faults) {
       if (f.start_ms > t1 + w.before_ms) continue;  // the write had replicated
-      const bool healed = until > f.end_ms + w.settle_ms;
-      if (stops_replica(f.kind) && has(f.targets, b) && f.start_ms >= t0 - w.before_ms &&
-          (f.kind != "freeze" || !healed))
-        return true;
-      if ((f.kind == "partition" || f.kind == "split") && has(f.targets, a) != has(f.targets, b) && !healed &&
-          f.end_ms + w.settle_ms >= t0)
-        return true;
+      const bool hit_a = has(f.targets, a), hit_b = has(f.targets, b);
+      const bool dies = f.kind == "kill" || f.kind == "restart" || f.kind == "leave";
+      if (dies && hit_b && f.start_ms >= t0 - w.before_ms) return true;  // its delta died with it
+      if (until > f.end_ms + w.settle_ms || f.end_ms + w.settle_ms < t0) continue;  // healed and settled
+      if ((f.kind == "partition" || f.kind == "split") && hit_a != hit_b) return true;
+      if ((stops_replica(f.kind) || f.kind == "join") && (hit_a || hit_b)) return true;
     }
     return false;
   }

@@ -140,6 +140,12 @@ TEST_CASE("an operation reaching a second backend is a misroute unless its repli
   CHECK(check(h).op_misroutes == 1);
   h.faults.back() = {"partition", -9000, -5000, {"scg-0"}};
   CHECK(check(h).op_misroutes == 1);
+  // The replica it reached was thawed a moment before: not linked again yet.
+  h.faults.back() = {"freeze", -2000, 0, {"scg-0"}};
+  CHECK(check(h).op_misroutes == 0);
+  // ... but long enough before for its links to be up again.
+  h.faults.back() = {"freeze", -9000, -5000, {"scg-0"}};
+  CHECK(check(h).op_misroutes == 1);
 }
 
 TEST_CASE("a binding missing from a live replica at the end is lost", "[nemesis]") {
