@@ -41,6 +41,8 @@ using members_atom = caf::atom_constant<caf::atom("members")>;    // the live me
 using forget_atom = caf::atom_constant<caf::atom("forget")>;      // a session released on a peer
 using holder_atom = caf::atom_constant<caf::atom("holder")>;      // a holder search's result
 using decide_atom = caf::atom_constant<caf::atom("decide")>;      // the key's owner: the binding in force
+using op_find_atom = caf::atom_constant<caf::atom("op_find")>;    // an operation id the data path's table missed
+using where_op_atom = caf::atom_constant<caf::atom("where_op")>;  // a peer asks for an operation's backend
 using put_atom = caf::atom_constant<caf::atom("put")>;            // replicate a local write
 using erase_atom = caf::atom_constant<caf::atom("erase")>;        // replicate a local delete
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a replicated binding, by key
@@ -66,7 +68,10 @@ using peer_router_actor = caf::typed_actor<
     caf::replies_to<decide_atom, std::string>::with<std::string>,
     // key, proposed backend -> the binding in force: a peer bound a clone or
     // found a holder, and the owner takes it unless a binding stands
-    caf::replies_to<decide_atom, std::string, std::string>::with<std::string>>;
+    caf::replies_to<decide_atom, std::string, std::string>::with<std::string>,
+    // operation id -> its backend's name ("" unknown here); protocol 2 on:
+    // sent only to peers that announced it
+    caf::replies_to<where_op_atom, std::string>::with<std::string>>;
 
 /// The router: the session directory and its placement decisions.
 using router_actor = peer_router_actor::extend<
@@ -75,6 +80,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<held_atom, std::string, route_callback, std::string, std::string, std::string>,  // key, cb, session, user, observed
     caf::reacts_to<rebind_atom, std::string, route_callback>,                  // key
     caf::reacts_to<clone_atom, std::string, backend_index, route_callback>,   // key, the original's backend
+    caf::reacts_to<op_find_atom, std::string, route_callback>,                // op id
     caf::reacts_to<op_atom, std::string, std::string>,       // key, op id
     caf::reacts_to<op_done_atom, std::string, std::string>,  // key, op id
     caf::reacts_to<release_atom, std::string>,               // key
@@ -90,7 +96,8 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<ended_atom, std::string>,  // key
     caf::reacts_to<idle_atom, std::string>,   // key
     // from the cluster actor (the sender is it)
-    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>>,  // names, their routers
+    // names, their routers, the newest cluster protocol each announced
+    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>, std::vector<std::uint32_t>>,
     caf::reacts_to<forget_atom, std::string>,                                         // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1

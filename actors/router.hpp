@@ -63,6 +63,12 @@ class router {
   /// once the owner has it (or did not answer within a second).
   void bind_clone(std::string key, backend_index backend, route_callback done) const;
 
+  /// Operation `op_id`, which the data path's table does not hold: its
+  /// backend from the replicated table or from a peer that knows it (the
+  /// replica where it started knows it before its client does). No backend
+  /// and no error when nobody answers with it within a second.
+  void find_operation(std::string op_id, route_callback done) const;
+
   /// The session `key` started operation `op_id`.
   void operation_started(std::string key, std::string op_id) const;
 

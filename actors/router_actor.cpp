@@ -37,6 +37,7 @@ struct router_state {
   replication_actor cluster;
   std::vector<std::string> member_names;
   std::vector<caf::actor> member_routers;
+  std::vector<std::uint32_t> member_protocols;  ///< the newest cluster protocol each announced
   /// Searches for the holder of a forgotten session under way: the calls waiting on each.
   std::unordered_map<std::string, std::vector<route_callback>> searching;
   static inline const char* name = "router";
@@ -215,6 +216,64 @@ void resolve_in_cluster(self_ptr self, const std::string& key, route_callback do
           [=](const caf::error&) { decide_via_owner(self, key, done); });
 }
 
+/// The first peer protocol that answers where_op (cluster/protocol_version.hpp).
+constexpr std::uint32_t where_op_protocol = 2;
+
+/// An operation id the data path's table missed, asked of every live peer
+/// at once: the replica that saw the operation start holds it from before
+/// its client could learn the id, whoever owns the key, while the entry's
+/// delta may still be on its way. The first name wins; `done` hears it, or
+/// no backend and no error when nobody knows the id (within ask_timeout).
+void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callback& done) {
+  struct search {
+    route_callback done;
+    std::size_t waiting = 0;
+    bool answered = false;
+  };
+  auto s = std::make_shared<search>(search{done});
+  auto on_answer = [self, s](const std::string& name) {
+    if (s->answered) return;
+    --s->waiting;
+    if (auto b = name.empty() ? std::nullopt : find_backend(self->state.backends, name)) {
+      s->answered = true;
+      core::bump(core::global_metrics().router_operations_found_total);
+      return s->done({*b, {}});
+    }
+    if (s->waiting == 0) {
+      s->answered = true;
+      s->done({});
+    }
+  };
+  auto& st = self->state;
+  for (std::size_t i = 0; i < st.member_routers.size(); ++i)
+    if (i < st.member_protocols.size() && st.member_protocols[i] >= where_op_protocol) ++s->waiting;
+  if (s->waiting == 0) return done({});
+  for (std::size_t i = 0; i < st.member_routers.size(); ++i) {
+    if (i >= st.member_protocols.size() || st.member_protocols[i] < where_op_protocol) continue;
+    self->request(caf::actor_cast<peer_router_actor>(st.member_routers[i]), ask_timeout, where_op_atom::value, op_id)
+        .then([=](const std::string& name) { on_answer(name); }, [=](const caf::error&) { on_answer({}); });
+  }
+}
+
+/// Resolves an operation id the data path's table missed before anything is
+/// placed: the replicated table, then the peers (ask_peers_for_op). No
+/// backend and no error: nobody knows it, the call routes by its session.
+void find_op(self_ptr self, const std::string& op_id, const route_callback& done) {
+  auto& st = self->state;
+  if (auto op = st.table->find_op(op_id, now_ms())) return done({op->backend, {}});
+  if (!st.cluster || st.member_names.empty()) return done({});
+  self->request(st.cluster, ask_timeout, lookup_atom::value, "o/" + op_id)
+      .then(
+          [=](const std::string& name) {
+            if (auto b = name.empty() ? std::nullopt : find_backend(self->state.backends, name)) {
+              core::bump(core::global_metrics().router_operations_found_total);
+              return done({*b, {}});
+            }
+            ask_peers_for_op(self, op_id, done);
+          },
+          [=](const caf::error&) { ask_peers_for_op(self, op_id, done); });
+}
+
 /// Sends `msg` on to the session actor of `key`, if it lives.
 template <class... Ts>
 void to_session(self_ptr self, const std::string& key, Ts&&... xs) {
@@ -365,11 +424,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
                 [=](const caf::error&) mutable { answer(decide_here(self, key, true, true)); });
         return rp;
       },
-      [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers) {
+      [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers,
+          std::vector<std::uint32_t>& protocols) {
         auto& st = self->state;
         st.cluster = caf::actor_cast<replication_actor>(self->current_sender());
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
+        st.member_protocols = std::move(protocols);
         if (st.settings.on_members) st.settings.on_members(st.member_names.size() + 1);
       },
       [=](rebind_atom, const std::string& key, const route_callback& done) {
@@ -434,6 +495,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
         auto r = adopt(self, key, name);
         return r.backend ? st.backends[*r.backend]->name : std::string();
+      },
+      [=](op_find_atom, const std::string& op_id, const route_callback& done) { find_op(self, op_id, done); },
+      [=](where_op_atom, const std::string& op_id) -> std::string {
+        // A peer's data path missed this operation id: our table's answer.
+        auto& st = self->state;
+        auto op = st.table->find_op(op_id, now_ms());
+        return op ? st.backends[op->backend]->name : std::string();
       },
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
@@ -597,6 +665,10 @@ void router::rebind(std::string key, route_callback done) const {
 
 void router::bind_clone(std::string key, backend_index backend, route_callback done) const {
   caf::anon_send(impl_->actor.handle, clone_atom::value, std::move(key), backend, std::move(done));
+}
+
+void router::find_operation(std::string op_id, route_callback done) const {
+  caf::anon_send(impl_->actor.handle, op_find_atom::value, std::move(op_id), std::move(done));
 }
 
 void router::operation_started(std::string key, std::string op_id) const {

@@ -152,17 +152,20 @@ void publish_view(self_ptr self) {
   st.view->set(st.members.view(st.self_address, actors::wall_now_ms()), st.conflicts, st.synced);
 }
 
-/// Tells the router who is up (names and their routers), self excluded.
+/// Tells the router who is up (names, their routers and the newest protocol
+/// each announced), self excluded.
 void publish_members(self_ptr self) {
   auto& st = self->state;
   std::vector<std::string> names;
   std::vector<caf::actor> routers;
+  std::vector<std::uint32_t> protocols;
   for (const auto& [name, m] : st.members.members()) {
     if (!m.up) continue;
     names.push_back(name);
     routers.push_back(m.router);
+    protocols.push_back(m.version.protocol);
   }
-  self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers));
+  self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers), std::move(protocols));
   publish_view(self);
 }
 

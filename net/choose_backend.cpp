@@ -19,11 +19,15 @@ bool follows_operation(rpc kind, const request_fields& f) {
 }
 
 route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count, bool rebind_lost,
-                              route_lookup& table) {
+                              route_lookup& table, bool op_asked) {
   if (follows_operation(kind, f)) {
     // An operation on a lost backend died with it: route by session, and
     // the new server answers OPERATION_NOT_FOUND, so the client re-runs it.
-    if (auto op = table.operation(); op && !op->lost) return decide(route_action::use, op->backend);
+    auto op = table.operation();
+    if (op && !op->lost) return decide(route_action::use, op->backend);
+    // Not known here: another replica may have started it a moment ago. Its
+    // session (often a new session id) must not be placed before that is known.
+    if (!op && !op_asked) return decide(route_action::resolve_op);
   }
   if (backend_count == 0) return {route_action::refuse, 0, core::local_reason::no_backend};
   // Nothing to keep affinity for (no message, or an rpc without a session):

@@ -39,6 +39,8 @@ enum class route_action : std::uint8_t {
   any,           ///< nothing to keep affinity for: any eligible backend
   resolve,       ///< a brand-new session: the router places it (router::resolve)
   resolve_held,  ///< a server may still hold the session: the router looks first (router::resolve_held)
+  resolve_op,    ///< the operation id is not in the index here: the router asks the cluster
+                 ///< (router::find_operation), then the call is routed again with `op_asked`
   rebind,        ///< the session's `backend` is lost: the router moves it (router::rebind)
   refuse,        ///< scg answers `refusal`: no_backend (none configured), or backend_lost
                  ///< (`backend`, with on_backend_lost.action: fail)
@@ -57,9 +59,11 @@ bool follows_operation(rpc kind, const request_fields& f);
 /// The backend for a call of `kind` with routing fields `f`, with
 /// `backend_count` backends configured. In order: the operation index (for
 /// follows_operation, unless its backend is lost: the operation died with
-/// it), `any` without a session id, the session table (a lost backend is
-/// rebound with `rebind_lost`, else refused), then the router.
+/// it; an id it misses is resolved in the cluster first, unless `op_asked`
+/// says that was done and found nothing), `any` without a session id, the
+/// session table (a lost backend is rebound with `rebind_lost`, else
+/// refused), then the router.
 route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count, bool rebind_lost,
-                              route_lookup& table);
+                              route_lookup& table, bool op_asked = false);
 
 }  // namespace scg::net

@@ -600,11 +600,18 @@ class forward_call final : public h2::server_stream,
                                    [this] { return first_asks_reattachable(); }))
       return finish_local(no->reason, no->message, no->retry_after);
     key_ = actors::session_key{identity_.tenant, fields_.user_id, fields_.session_id}.str();
+    route_by_tables(false);
+  }
+
+  /// The backend from the tables, else the router's (`op_asked`: the cluster
+  /// was asked for the call's operation id and knew nothing).
+  void route_by_tables(bool op_asked) {
     table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
-    const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table);
+    const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table, op_asked);
     switch (d.action) {
       case route_action::use: return start_upstream(d.backend);
       case route_action::any: return start_upstream(any_backend());
+      case route_action::resolve_op: return fx_.router->find_operation(fields_.operation_id, op_answer_on_worker());
       case route_action::resolve: return fx_.router->resolve(key_, answer_on_worker());
       case route_action::resolve_held:
         return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,
@@ -625,6 +632,21 @@ class forward_call final : public h2::server_stream,
         m.router_decision.observe(m.decision_bounds_us, static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::microseconds>(waited).count()));
         self->on_route(r);
+      });
+    };
+  }
+
+  /// The router's answer for an operation id this replica missed, on this
+  /// call's worker: its backend (unless lost), else routing by session.
+  std::function<void(actors::route_result)> op_answer_on_worker() {
+    return [self = shared_from_this()](actors::route_result r) {
+      self->w_.post([self, r = std::move(r)] {
+        if (self->finished()) return;
+        const auto now = actors::now_ms();
+        if (r.backend && *r.backend < self->fx_.backends.size() &&
+            !actors::lost(*self->fx_.backends[*r.backend], now, self->fx_.lost_after_ms))
+          return self->start_upstream(*r.backend);
+        self->route_by_tables(true);
       });
     };
   }

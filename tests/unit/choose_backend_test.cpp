@@ -88,8 +88,30 @@ TEST_CASE("an operation whose backend is lost, or that the index lacks, falls ba
   CHECK(t.op_asked == 1);
   CHECK(t.session_asked == 1);
 
+  // One the index lacks: the cluster is asked first (below), then the session.
   t.op.reset();
-  CHECK(choose_backend(rpc::release_execute, with_session("op-1"), three, true, t).backend == 1);
+  CHECK(choose_backend(rpc::release_execute, with_session("op-1"), three, true, t, true).backend == 1);
+}
+
+TEST_CASE("an operation id the index lacks is resolved in the cluster before its session is read", "[choose_backend]") {
+  for (auto kind : {rpc::reattach_execute, rpc::release_execute}) {
+    INFO(rpc_name(kind));
+    fixed_table t;
+    t.sess = binding{1, false};  // even a bound session waits: it may be a new id on another backend
+    auto d = choose_backend(kind, with_session("op-1"), three, true, t);
+    CHECK(d.action == route_action::resolve_op);
+    CHECK(t.session_asked == 0);
+    // Nobody knew it: routed by session.
+    d = choose_backend(kind, with_session("op-1"), three, true, t, true);
+    CHECK(d.action == route_action::use);
+    CHECK(d.backend == 1);
+    t.sess.reset();  // and a session nobody holds is looked for, not placed
+    CHECK(choose_backend(kind, with_session("op-1"), three, true, t, true).action == route_action::resolve_held);
+  }
+  // A lost operation is not asked for again: it died with its backend.
+  fixed_table t;
+  t.op = binding{2, true};
+  CHECK(choose_backend(rpc::reattach_execute, with_session("op-1"), three, true, t).action == route_action::resolve_held);
 }
 
 TEST_CASE("a call without a session id goes to any backend", "[choose_backend]") {
@@ -157,6 +179,6 @@ TEST_CASE("an unbound session a server may still hold asks the router to look fo
   for (auto kind : {rpc::reattach_execute, rpc::release_execute, rpc::release_session}) {
     INFO(rpc_name(kind));
     CHECK(choose_backend(kind, with_session(), three, true, t).action == route_action::resolve_held);
-    CHECK(choose_backend(kind, with_session("op-1"), three, true, t).action == route_action::resolve_held);
+    CHECK(choose_backend(kind, with_session("op-1"), three, true, t, true).action == route_action::resolve_held);
   }
 }
