@@ -86,6 +86,7 @@ struct gateway {
   int grpc_port;
   int admin_port;
   int cluster_port;  ///< 0 without a cluster block
+  int probe_port = 0;  ///< admin.probe_addr's; 0 without one
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 
@@ -95,7 +96,8 @@ std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
                          const std::string& extra = "", const std::string& host = "127.0.0.1");
 
 /// Starts scg with config `yaml`; `wrapper` prefixes the command; `program`
-/// is the scg binary to run (this build's when empty).
+/// is the scg binary to run (this build's when empty). A yaml of this build
+/// without an `admin:` block gets `admin: { allow_unauthenticated: true }`.
 gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg",
                       const std::vector<std::string>& wrapper = {}, const std::string& program = "");
 
