@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -174,6 +175,9 @@ bounded_server::bounded_server(listener_limits limits, listener_stats& stats) : 
   new_task_queue = [cap = limits_.max_connections] { return new connection_pool(static_cast<std::size_t>(cap)); };
   set_write_timeout(limits_.request_timeout_ms / 1000, (limits_.request_timeout_ms % 1000) * 1000);
   set_read_timeout(limits_.request_timeout_ms / 1000, (limits_.request_timeout_ms % 1000) * 1000);
+  // What the Keep-Alive header tells clients: this loop's own bounds.
+  set_keep_alive_max_count(static_cast<std::size_t>(limits_.max_requests_per_connection));
+  set_keep_alive_timeout(std::max(1, limits_.idle_timeout_ms / 1000));
   // Admin requests carry no body worth more (drain and undrain carry none).
   set_payload_max_length(64 * 1024);
 }

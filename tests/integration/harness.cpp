@@ -181,10 +181,18 @@ std::pair<int, std::string> http_get(int port, const std::string& path) {
   return http_get_at("127.0.0.1", port, path);
 }
 
+namespace {
+std::string admin_bearer;  // admin_token_scope's
+}  // namespace
+
+admin_token_scope::admin_token_scope(std::string token) { admin_bearer = std::move(token); }
+admin_token_scope::~admin_token_scope() { admin_bearer.clear(); }
+
 std::pair<int, std::string> http_get_at(const std::string& host, int port, const std::string& path) {
   httplib::Client c(host, port);
   c.set_connection_timeout(2);
   c.set_read_timeout(5);
+  if (!admin_bearer.empty()) c.set_bearer_token_auth(admin_bearer);
   auto r = c.Get(path.c_str());
   if (!r) return {-1, ""};
   return {r->status, r->body};
@@ -194,6 +202,7 @@ std::pair<int, std::string> http_post(int port, const std::string& path, const s
   httplib::Client c("127.0.0.1", port);
   c.set_connection_timeout(2);
   c.set_read_timeout(5);
+  if (!admin_bearer.empty()) c.set_bearer_token_auth(admin_bearer);
   auto r = c.Post(path.c_str(), body, "application/json");
   if (!r) return {-1, ""};
   return {r->status, r->body};

@@ -104,6 +104,16 @@ gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::s
 /// A loopback TCP port free a moment ago, for a config that names its ports.
 int unused_port();
 
+/// While it lives, http_get, http_get_at, http_post and metric_value (and
+/// cluster_env's waits) send `Authorization: Bearer TOKEN`: for replicas
+/// whose admin plane has token files.
+struct admin_token_scope {
+  explicit admin_token_scope(std::string token);
+  ~admin_token_scope();
+  admin_token_scope(const admin_token_scope&) = delete;
+  admin_token_scope& operator=(const admin_token_scope&) = delete;
+};
+
 /// HTTP GET on loopback; {status, body}, status -1 when it failed.
 std::pair<int, std::string> http_get(int port, const std::string& path);
 
