@@ -152,7 +152,7 @@ gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::s
   // (An older binary, `program`, has no admin: block.)
   const bool has_admin_block = yaml.rfind("admin:", 0) == 0 || yaml.find("\nadmin:") != std::string::npos;
   auto cfg = dir.write(tag + ".yaml", program.empty() && !has_admin_block
-                                          ? yaml + "\nadmin: { allow_unauthenticated: true }\n"
+                                          ? yaml + "\n" + open_admin_yaml
                                           : yaml);
   auto port_file = dir.file(tag + ".ports");
   std::vector<std::string> argv = wrapper;

@@ -95,6 +95,10 @@ struct gateway {
 std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
                          const std::string& extra = "", const std::string& host = "127.0.0.1");
 
+/// The admin block that opens this build's admin plane to anyone on loopback
+/// (a test that writes and runs its config itself appends it).
+inline const std::string open_admin_yaml = "admin: { allow_unauthenticated: true }\n";
+
 /// Starts scg with config `yaml`; `wrapper` prefixes the command; `program`
 /// is the scg binary to run (this build's when empty). A yaml of this build
 /// without an `admin:` block gets `admin: { allow_unauthenticated: true }`.

@@ -72,7 +72,7 @@ TEST_CASE("a drain needs the admin token: none is 401, a read token 403, a wrong
   CHECK(ask(t, "POST", path, "Basic YWRtaW4tc2VjcmV0").denied == deny_reason::missing_credential);
 }
 
-TEST_CASE("listings need the read or the admin token; probes and the page are open", "[admin][access]") {
+TEST_CASE("listings need the read or the admin token, and probes and the page are open", "[admin][access]") {
   const both_tokens t;
   CHECK(ask(t, "GET", "/api/v1/sessions").status == 401);
   CHECK(ask(t, "GET", "/api/v1/sessions", "Bearer read-secret").allowed());
@@ -129,7 +129,7 @@ TEST_CASE("another origin and a CORS preflight are refused even with the admin t
   CHECK_FALSE(net::same_origin("http://x", ""));
 }
 
-TEST_CASE("token files hold a token a line; a rotation keeps both valid", "[admin][auth]") {
+TEST_CASE("token files hold a token a line and a rotation keeps both valid", "[admin][auth]") {
   auto tokens = auth::tokens_of_file("  old-token \r\n\nnew-token\n bad token\n\x01\n");
   REQUIRE(tokens.size() == 2);
   CHECK(tokens[0] == "old-token");
