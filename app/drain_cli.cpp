@@ -5,16 +5,20 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <ostream>
 #include <thread>
 
+#include "auth/admin_auth.hpp"
 #include "core/address.hpp"
+#include "core/file.hpp"
 
 namespace scg::app {
 
 const char* const drain_usage =
-    "       scg drain [--wait] [--timeout SECS] [--admin URL] [--undrain] BACKEND\n";
+    "       scg drain [--wait] [--timeout SECS] [--admin URL] [--token-file FILE] [--undrain] BACKEND\n"
+    "         (the admin token: --token-file FILE, else $SCG_ADMIN_TOKEN)\n";
 
 namespace {
 
@@ -57,6 +61,10 @@ std::variant<drain_args, std::string> parse_drain_args(const std::vector<std::st
       auto v = value();
       if (!v) return std::string("--timeout needs SECS");
       if (!parse_secs(*v, a.timeout_secs)) return "--timeout: expected a positive number of seconds, got \"" + *v + "\"";
+    } else if (arg == "--token-file") {
+      auto v = value();
+      if (!v || v->empty()) return std::string("--token-file needs FILE");
+      a.token_file = *v;
     } else if (arg == "--admin") {
       auto v = value();
       if (!v) return std::string("--admin needs a URL");
@@ -78,7 +86,21 @@ std::variant<drain_args, std::string> parse_drain_args(const std::vector<std::st
 }
 
 int run_drain(const drain_args& a, std::ostream& out, std::ostream& err) {
+  std::string token;
+  if (!a.token_file.empty()) {
+    std::string why;
+    auto text = core::read_file(a.token_file, why, 64 * 1024);
+    auto tokens = text ? auth::tokens_of_file(*text) : std::vector<std::string>{};
+    if (tokens.empty()) {
+      err << "scg drain: --token-file: " << (text ? "\"" + a.token_file + "\" holds no token" : why) << "\n";
+      return 3;
+    }
+    token = tokens.front();
+  } else if (const char* env = std::getenv("SCG_ADMIN_TOKEN")) {
+    token = env;
+  }
   httplib::Client client(a.admin);
+  if (!token.empty()) client.set_bearer_token_auth(token);
   client.set_connection_timeout(std::chrono::seconds(3));
   client.set_read_timeout(std::chrono::seconds(10));
   const std::string base = "/api/v1/backends/" + segment(a.backend);
@@ -94,6 +116,8 @@ int run_drain(const drain_args& a, std::ostream& out, std::ostream& err) {
   if (posted->status != 200) {
     err << "scg drain: " << a.admin << " refused the " << verb << " of " << a.backend << " (HTTP "
         << posted->status << "): " << error_of(posted) << "\n";
+    if (posted->status == 401 || posted->status == 403)
+      err << "scg drain: drains need the replica's admin token: --token-file FILE or SCG_ADMIN_TOKEN\n";
     return 3;
   }
   out << "scg drain: " << a.backend << (a.undrain ? " undrained" : " drained (no new sessions)") << " via "

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -21,6 +22,7 @@
 #include "config/file_watch.hpp"
 #include "actors/router.hpp"
 #include "core/allocator.hpp"
+#include "auth/admin_auth.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rate_limit.hpp"
 #include "discovery/k8s_discovery.hpp"
@@ -30,6 +32,7 @@
 #include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
 #include "net/admin_http.hpp"
+#include "net/admin_server.hpp"
 #include "net/drain_report.hpp"
 #include "net/front_door.hpp"
 
@@ -63,11 +66,12 @@ void raise_open_file_limit(spdlog::logger& log) {
   log.info("open_file_limit soft={} hard={} raised_from={}", n(lim.rlim_cur), n(lim.rlim_max), n(was));
 }
 
-void write_port_file(const std::string& path, int grpc_port, int admin_port, int cluster_port) {
+void write_port_file(const std::string& path, int grpc_port, int admin_port, int probe_port, int cluster_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"grpc", grpc_port}, {"admin", admin_port}, {"cluster", cluster_port}}.dump()
+    out << nlohmann::json{{"grpc", grpc_port}, {"admin", admin_port}, {"probe", probe_port}, {"cluster", cluster_port}}
+               .dump()
         << "\n";
   }
   std::rename(tmp.c_str(), path.c_str());
@@ -218,11 +222,12 @@ class drain_reporter {
 
 /// Waits for SIGTERM or SIGINT and returns it; meanwhile reloads the backend
 /// set on SIGHUP or when `watch` sees the file change (every `watch_secs`),
-/// re-resolves `resolve: all` names when due, publishes drain reports and
-/// lets the authenticator refresh OIDC keys (off the request path).
+/// reads the admin token files again (`reread_secrets`: on SIGHUP and every
+/// `watch_secs`), re-resolves `resolve: all` names when due, publishes drain
+/// reports and lets the authenticator refresh OIDC keys (off the request path).
 int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path, const actors::router& router,
                          auth::authenticator& auth, config::file_watch* watch, int watch_secs,
-                         drain_reporter* reporter) {
+                         drain_reporter* reporter, const std::function<void()>& reread_secrets) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
@@ -235,6 +240,7 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
     if (reporter) reporter->tick();
     if (watch && std::chrono::steady_clock::now() >= next_watch) {
       next_watch = std::chrono::steady_clock::now() + std::chrono::seconds(watch_secs);
+      reread_secrets();
       if (watch->changed()) {
         spdlog::get("main")->info("config_file_changed file={} reason=\"reload.watch_secs saw new contents\"",
                                   config_path);
@@ -252,6 +258,7 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
     int sig = sigtimedwait(&set, nullptr, &wait);
     if (sig < 0) continue;  // a second passed (EAGAIN) or a signal interrupted the wait
     if (sig != SIGHUP) return sig;
+    reread_secrets();
     if (config_path.empty()) {
       spdlog::get("main")->warn("sighup_ignored reason=\"no configuration file to reload\"");
     } else {
@@ -268,7 +275,8 @@ std::optional<config::error> check_secrets(const config::gateway& cfg) {
   if (auto* err = std::get_if<config::error>(&auth)) return *err;
   auto tokens = auth::resolve_backend_tokens(cfg.security);
   if (auto* err = std::get_if<config::error>(&tokens)) return *err;
-  return std::nullopt;
+  auth::admin_tokens admin_tokens;
+  return auth::load_admin_tokens(cfg.admin, admin_tokens);
 }
 
 int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
@@ -306,6 +314,24 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
       return 1;
     }
   auto authenticator = std::move(std::get<std::unique_ptr<auth::authenticator>>(created));
+  auth::admin_tokens admin_tokens;
+  if (auto err = auth::load_admin_tokens(cfg.admin, admin_tokens)) {
+    log->error("startup_failed reason=\"{}\"", err->to_string());
+    return 1;
+  }
+  // Tokens are read again on SIGHUP and every reload.watch_secs (a Secret
+  // mounted as a volume is updated in place); a file gone bad keeps the old ones.
+  auto reread_admin_tokens = [&cfg, &admin_tokens, &log] {
+    const auto before = admin_tokens.fingerprint();
+    if (auto err = auth::load_admin_tokens(cfg.admin, admin_tokens)) {
+      net::global_admin_counters().token_reload_failures.fetch_add(1, std::memory_order_relaxed);
+      log->error("admin_tokens_reload_failed reason=\"{}\" action=\"kept the tokens in use\"", err->to_string());
+      return;
+    }
+    if (admin_tokens.fingerprint() == before) return;
+    net::global_admin_counters().token_reloads.fetch_add(1, std::memory_order_relaxed);
+    log->info("admin_tokens_reloaded tokens=\"{}\"", admin_tokens.fingerprint());
+  };
   auth::rate_limiter limiter{cfg.security.rate_limits};
 
   // Declared before the forward context: spans are submitted until the last call ends.
@@ -361,11 +387,19 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   try {
     net::front_door door{cfg, fx};
     std::unique_ptr<net::admin_http> admin;
-    if (cfg.admin_addr) admin = std::make_unique<net::admin_http>(*cfg.admin_addr, view);
+    if (cfg.admin_addr) {
+      admin = std::make_unique<net::admin_http>(*cfg.admin_addr, view, cfg.admin, admin_tokens);
+      if (!admin_tokens.configured(auth::admin_role::read) && !cfg.admin.allow_unauthenticated)
+        log->warn("admin_locked reason=\"no admin token file is configured: listings and changes on the admin API "
+                  "are refused\" fix=\"set admin.token_file (and admin.read_token_file), or "
+                  "admin.allow_unauthenticated: true on a trusted network\"");
+    }
     view.ready = true;
-    log->info("listening grpc_port={} admin_port={} backends={}", door.port(),
-              admin ? admin->port() : 0, backends.size());
-    if (!port_file.empty()) write_port_file(port_file, door.port(), admin ? admin->port() : 0, cluster_port);
+    log->info("listening grpc_port={} admin_port={} probe_port={} backends={}", door.port(),
+              admin ? admin->port() : 0, admin ? admin->probe_port() : 0, backends.size());
+    if (!port_file.empty())
+      write_port_file(port_file, door.port(), admin ? admin->port() : 0, admin ? admin->probe_port() : 0,
+                      cluster_port);
 
     // Kubernetes discovery reports from its own thread; the loop below applies it.
     std::unique_ptr<discovery::k8s_watcher> watcher;
@@ -384,7 +418,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
     if (cfg.cluster)
       reporter = std::make_unique<drain_reporter>(backends, table, fx.executions, view.drain_idle_ms, router);
     int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator, watch.get(),
-                                   cfg.reload.watch_secs, reporter.get());
+                                   cfg.reload.watch_secs, reporter.get(), reread_admin_tokens);
     watcher.reset();
     view.ready = false;
     router.stop_new_sessions();

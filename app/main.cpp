@@ -2,7 +2,7 @@
 //   scg --config FILE          run a replica
 //   scg --check-config FILE    validate FILE; non-zero exit naming the bad field
 //   scg --version
-//   scg drain [--wait] [--timeout SECS] [--admin URL] [--undrain] BACKEND
+//   scg drain [--wait] [--timeout SECS] [--admin URL] [--token-file FILE] [--undrain] BACKEND
 #include <csignal>
 #include <cstring>
 #include <iostream>

@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "auth/admin_auth.hpp"
 #include "core/file.hpp"
 #include "core/session_key.hpp"
 #include "config/config.hpp"
@@ -25,23 +26,6 @@ std::string sha256(std::string_view data) {
   EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
   return std::string(reinterpret_cast<const char*>(md), len);
 }
-
-/// The token of "Bearer <token>" (scheme case-insensitive, RFC 6750 §2.1).
-std::optional<std::string_view> bearer_token(std::optional<std::string_view> header) {
-  if (!header) return std::nullopt;
-  std::string_view h = *header;
-  constexpr std::string_view scheme = "bearer ";
-  if (h.size() <= scheme.size()) return std::nullopt;
-  for (std::size_t i = 0; i < scheme.size(); ++i)
-    if (static_cast<char>(std::tolower(static_cast<unsigned char>(h[i]))) != scheme[i])
-      return std::nullopt;
-  h.remove_prefix(scheme.size());
-  while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-  while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
-  if (h.empty()) return std::nullopt;
-  return h;
-}
-
 
 }  // namespace
 

@@ -214,19 +214,44 @@ k8s_discovery parse_discovery(const YAML::Node& n) {
   return d;
 }
 
+admin_plane parse_admin(const YAML::Node& n) {
+  const std::string path = "admin";
+  check_keys(n, path, {"token_file", "read_token_file", "allow_unauthenticated", "open_metrics", "probe_addr",
+                       "max_connections", "idle_timeout_ms", "request_timeout_ms", "max_heavy_requests"});
+  admin_plane a;
+  for (auto [key, out] : {std::pair{"token_file", &a.token_file}, std::pair{"read_token_file", &a.read_token_file}})
+    if (n[key]) *out = non_empty(n[key], child(path, key));
+  for (auto [key, out] : {std::pair{"allow_unauthenticated", &a.allow_unauthenticated},
+                          std::pair{"open_metrics", &a.open_metrics}})
+    if (n[key]) {
+      const auto v = as_string(n[key], child(path, key));
+      if (v != "true" && v != "false") reject(child(path, key), "expected true or false, got " + in_quotes(v));
+      *out = v == "true";
+    }
+  if (a.allow_unauthenticated && (!a.token_file.empty() || !a.read_token_file.empty()))
+    reject(child(path, "allow_unauthenticated"), "cannot be true while a token file is set (a token would protect nothing)");
+  if (const YAML::Node p = n["probe_addr"]; p && !p.IsNull()) a.probe_addr = host_port(p, child(path, "probe_addr"), true);
+  read_int(n, path, "max_connections", a.max_connections, 8, 100000);
+  read_int(n, path, "idle_timeout_ms", a.idle_timeout_ms, 100, 3600000);
+  read_int(n, path, "request_timeout_ms", a.request_timeout_ms, 100, 600000);
+  read_int(n, path, "max_heavy_requests", a.max_heavy_requests, 1, 1000);
+  return a;
+}
+
 gateway parse_gateway(const YAML::Node& root) {
   // An empty document keeps every default, and so lacks the one required key.
   if (!present(root)) reject("backends", "at least one backend is required");
   check_keys(root, "",
              {"bind_addr", "workers", "admin_addr", "backends", "backend_refresh_secs", "placement", "affinity", "limits", "health",
               "on_backend_lost", "keepalive", "shutdown", "drain", "reload", "logging", "cluster", "tls", "auth", "tenants",
-              "backend_token", "rate_limits", "backend_discovery", "tracing", "accounting"});
+              "backend_token", "rate_limits", "backend_discovery", "tracing", "accounting", "admin"});
   gateway g;
 
   if (const YAML::Node n = root["bind_addr"]) g.bind_addr = host_port(n, "bind_addr", true);
   if (const YAML::Node n = root["admin_addr"])
     g.admin_addr =
         n.IsNull() ? std::nullopt : std::optional<std::string>(host_port(n, "admin_addr", true));
+  if (const YAML::Node n = root["admin"]; present(n)) g.admin = parse_admin(n);
   if (const YAML::Node n = root["backend_discovery"]; present(n)) g.backend_discovery = parse_discovery(n);
   g.backends = parse_backends(root["backends"], g.backend_discovery.has_value());
   read_int(root, "", "backend_refresh_secs", g.backend_refresh_secs, 1);

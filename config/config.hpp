@@ -189,11 +189,28 @@ struct k8s_discovery {
   int resync_secs = 300;
 };
 
+/// The `admin:` block: who may use the admin HTTP plane and the bounds that
+/// keep its probes answering (docs/security.md, "The admin plane").
+struct admin_plane {
+  std::string token_file;       ///< admin role (drain, undrain; listings too); empty: none
+  std::string read_token_file;  ///< read-only role (listings, status page); empty: none
+  /// No token file set: true serves every endpoint to anyone who reaches the
+  /// port (a laptop, a demo); false (default) refuses listings and changes.
+  bool allow_unauthenticated = false;
+  bool open_metrics = true;   ///< GET /metrics without a token (Prometheus); false: read role
+  std::optional<std::string> probe_addr;  ///< a listener for /healthz and /readyz only; absent: none
+  int max_connections = 512;     ///< per listener; more are closed at accept
+  int idle_timeout_ms = 5000;    ///< a connection with no request (or between requests) this long is closed
+  int request_timeout_ms = 5000; ///< a request's head and body must arrive within this, from its first byte
+  int max_heavy_requests = 4;    ///< listings and metrics rendered at once; more get 503 and Retry-After
+};
+
 struct gateway {
   std::string bind_addr = "0.0.0.0:15003";
   /// Data-plane worker threads; 0: one per CPU this process may run on.
   int workers = 0;
   std::optional<std::string> admin_addr = "0.0.0.0:9090";  ///< nullopt: admin HTTP disabled
+  admin_plane admin;
   std::vector<backend> backends;
   int backend_refresh_secs = 30;  ///< how often `resolve: all` backend names are re-resolved
   config::placement placement;

@@ -25,13 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHART = os.path.join(HERE, "helm", "scg")
 
 # scg.yaml keys the chart sets itself; `config:` must not carry them.
-RESERVED_CONFIG_KEYS = ("bind_addr", "admin_addr", "shutdown", "cluster", "tls", "auth", "backend_token",
+RESERVED_CONFIG_KEYS = ("bind_addr", "admin_addr", "admin", "shutdown", "cluster", "tls", "auth", "backend_token",
                         "backend_discovery")
 
 CONFIG_DIR = "/etc/scg/config"            # the ConfigMap: the config template
 RUN_DIR = "/run/scg"                      # emptyDir: the rendered per-pod config
 CLUSTER_TLS_DIR = "/etc/scg/tls/cluster"  # cluster.tls Secret
 FRONT_TLS_DIR = "/etc/scg/tls/front"      # front-door tls Secret
+ADMIN_DIR = "/etc/scg/admin"              # the admin plane's tokens Secret
 ENTRYPOINT = "/usr/local/bin/scg-entrypoint"
 UID = 10001
 
@@ -122,6 +123,10 @@ def scg_config(v, ctx):
         sys.exit(f"render.py: config.{reserved[0]} is set by the chart; use the chart's own value for it")
     ports, c = v["ports"], v["cluster"]
     cfg = {"bind_addr": f"0.0.0.0:{ports['client']}", "admin_addr": f"0.0.0.0:{ports['admin']}"}
+    a = v["admin"]
+    cfg["admin"] = {"token_file": f"{ADMIN_DIR}/{a['adminKey']}", "read_token_file": f"{ADMIN_DIR}/{a['readKey']}",
+                    "open_metrics": a["openMetrics"], "probe_addr": f"0.0.0.0:{ports['probe']}"}
+    cfg["admin"].update(copy.deepcopy(a.get("limits") or {}))
     cfg.update(copy.deepcopy(v.get("config") or {}))
     bd = v["backendDiscovery"]
     if bd["enabled"]:
@@ -183,10 +188,12 @@ def statefulset(v, ctx, config_checksum):
     env += [{"name": "SCG_CONFIG_TEMPLATE", "value": f"{CONFIG_DIR}/scg.yaml"},
             {"name": "SCG_CONFIG", "value": f"{RUN_DIR}/scg.yaml"}]
     mounts = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-              {"name": "run", "mountPath": RUN_DIR}]
+              {"name": "run", "mountPath": RUN_DIR},
+              {"name": "admin-tokens", "mountPath": ADMIN_DIR, "readOnly": True}]
     volumes = [{"name": "config", "configMap": {"name": ctx["name"] + "-config"}},
                # holds the rendered config, cluster identity included: memory only
-               {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]
+               {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+               {"name": "admin-tokens", "secret": {"secretName": v["admin"]["secretName"], "defaultMode": 0o440}}]
     if v["cluster"]["tls"]["enabled"]:
         mounts.append({"name": "cluster-tls", "mountPath": CLUSTER_TLS_DIR, "readOnly": True})
         volumes.append({"name": "cluster-tls", "secret": {"secretName": v["cluster"]["tls"]["secretName"],
@@ -204,9 +211,10 @@ def statefulset(v, ctx, config_checksum):
         "env": env,
         "ports": [{"name": "client", "containerPort": ports["client"], "protocol": "TCP"},
                   {"name": "admin", "containerPort": ports["admin"], "protocol": "TCP"},
-                  {"name": "cluster", "containerPort": ports["cluster"], "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, **v["probes"]["readiness"]},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "admin"}, **v["probes"]["liveness"]},
+                  {"name": "cluster", "containerPort": ports["cluster"], "protocol": "TCP"},
+                  {"name": "probe", "containerPort": ports["probe"], "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "probe"}, **v["probes"]["readiness"]},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "probe"}, **v["probes"]["liveness"]},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(sd["preStopSleepSecs"])]}}},
         "resources": copy.deepcopy(v["resources"]),
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,

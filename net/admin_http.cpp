@@ -11,10 +11,14 @@
 #include <unordered_map>
 #include <variant>
 
+#include "auth/admin_auth.hpp"
 #include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
+#include "core/audit.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "net/admin_access.hpp"
+#include "net/admin_server.hpp"
 #include "net/drain_report.hpp"
 #include "net/status_page.hpp"
 #include "net/usage_http.hpp"
@@ -325,6 +329,50 @@ void drain_metrics(const admin_view& view, const std::vector<std::size_t>& shown
          [](const actors::drain_status& s) { return s.total.active_sessions; });
 }
 
+/// The scg_admin_* series: the admin plane's own listeners, refusals and load.
+void admin_metrics(const admin_view& view, std::string& out) {
+  const auto& c = global_admin_counters();
+  auto head = [&](const char* name, const char* help, const char* type) {
+    out += std::string("# HELP scg_admin_") + name + " " + help + "\n# TYPE scg_admin_" + name + " " + type + "\n";
+  };
+  struct per_listener {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::int64_t (*value)(const listener_stats&);
+  };
+  const per_listener series[] = {
+      {"connections", "Connections open on the listener", "gauge",
+       [](const listener_stats& s) { return static_cast<std::int64_t>(s.open.load()); }},
+      {"connections_total", "Connections accepted and served", "counter",
+       [](const listener_stats& s) { return static_cast<std::int64_t>(s.accepted.load()); }},
+      {"connections_refused_total", "Connections closed at accept: admin.max_connections were open", "counter",
+       [](const listener_stats& s) { return static_cast<std::int64_t>(s.refused.load()); }},
+      {"idle_closed_total", "Connections closed after admin.idle_timeout_ms without a request", "counter",
+       [](const listener_stats& s) { return static_cast<std::int64_t>(s.idle_closed.load()); }},
+      {"request_timeouts_total", "Connections closed: a request not read whole within admin.request_timeout_ms",
+       "counter", [](const listener_stats& s) { return static_cast<std::int64_t>(s.request_timeouts.load()); }},
+  };
+  for (const auto& x : series) {
+    head(x.name, x.help, x.type);
+    out += std::string("scg_admin_") + x.name + "{listener=\"admin\"} " + std::to_string(x.value(c.admin)) + "\n";
+    out += std::string("scg_admin_") + x.name + "{listener=\"probe\"} " + std::to_string(x.value(c.probe)) + "\n";
+  }
+  head("heavy_requests", "Listings and metrics being served now (bounded by admin.max_heavy_requests)", "gauge");
+  out += "scg_admin_heavy_requests " + std::to_string(view.heavy ? view.heavy->in_use() : 0) + "\n";
+  head("requests_shed_total", "Listings and metrics answered 503 with Retry-After at admin.max_heavy_requests", "counter");
+  out += "scg_admin_requests_shed_total " + std::to_string(c.shed.load()) + "\n";
+  head("denied_total", "Admin requests refused 401 or 403, by reason", "counter");
+  for (std::size_t r = 1; r < deny_reason_count; ++r)
+    out += std::string("scg_admin_denied_total{reason=\"") + std::string(to_string(static_cast<deny_reason>(r))) +
+           "\"} " + std::to_string(c.denied[r].load()) + "\n";
+  head("token_reloads_total", "Admin token files read again with new contents (SIGHUP, reload.watch_secs)", "counter");
+  out += "scg_admin_token_reloads_total " + std::to_string(c.token_reloads.load()) + "\n";
+  head("token_reload_failures_total", "Admin token files that could not be read again; the tokens in use were kept",
+       "counter");
+  out += "scg_admin_token_reload_failures_total " + std::to_string(c.token_reload_failures.load()) + "\n";
+}
+
 /// GET /api/v1/backends/{name}: one backend's entry, with its drain status.
 void add_backend_routes(httplib::Server& srv, admin_view& view) {
   srv.Get(R"(/api/v1/backends/([^/]+))", [&view](const httplib::Request& req, httplib::Response& res) {
@@ -406,12 +454,13 @@ std::string metrics_text(const admin_view& view) {
   }
   drain_metrics(view, shown, out);
   append_usage_metrics(out, view);
+  admin_metrics(view, out);
   return out;
 }
 
-admin_http::admin_http(const std::string& addr, admin_view& view)
-    : server_(std::make_unique<httplib::Server>()) {
-  auto& srv = *server_;
+namespace {
+
+void add_probe_routes(httplib::Server& srv, const admin_view& view) {
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
@@ -420,22 +469,92 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
     res.status = ready ? 200 : 503;
     res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
   });
+}
+
+/// Who made a request, as the audit trail names them.
+std::string who(const auth::admin_caller& c) { return c.role == auth::admin_role::none ? "unauthenticated" : c.id; }
+
+/// Decides every request before routing (net/admin_access.hpp): a refusal is
+/// answered here with a JSON error naming the problem, counted by reason and
+/// logged once; listings and metrics take a slot of admin.max_heavy_requests.
+httplib::Server::HandlerWithResponse gatekeeper(const config::admin_plane& plane, const auth::admin_tokens& tokens,
+                                                request_gate& heavy) {
+  const access_policy policy{plane.allow_unauthenticated, plane.open_metrics};
+  return [policy, &tokens, &heavy](const httplib::Request& req, httplib::Response& res) {
+    using handled = httplib::Server::HandlerResponse;
+    const auto origin = req.get_header_value("Origin");
+    const auto host = req.get_header_value("Host");
+    const auto authorization = req.get_header_value("Authorization");
+    const auto d = decide(policy, tokens, {req.method, req.path, origin, host, authorization});
+    if (!d.allowed()) {
+      global_admin_counters().denied[static_cast<std::size_t>(d.denied)].fetch_add(1, std::memory_order_relaxed);
+      const auto reason = to_string(d.denied);
+      spdlog::get("admin")->warn("admin_denied reason={} status={} method={} path=\"{}\" peer={} caller={} origin=\"{}\"",
+                                 reason, d.status, req.method, req.path.substr(0, 200), req.remote_addr, who(d.caller),
+                                 origin.substr(0, 200));
+      if (classify(req.method, req.path) == admin_route::change)
+        core::audit("admin.denied", {{"method", req.method}, {"path", req.path.substr(0, 200)}, {"reason", reason},
+                                     {"by", who(d.caller)}, {"peer", req.remote_addr}});
+      if (d.status == 401) res.set_header("WWW-Authenticate", "Bearer realm=\"scg-admin\"");
+      reply_json(res, d.status, dump({{"error", d.message}, {"reason", reason}}));
+      return handled::Handled;
+    }
+    if (is_heavy(classify(req.method, req.path))) {
+      if (!heavy.try_enter()) {
+        global_admin_counters().shed.fetch_add(1, std::memory_order_relaxed);
+        spdlog::get("admin")->debug("admin_shed path=\"{}\" peer={}", req.path.substr(0, 200), req.remote_addr);
+        res.set_header("Retry-After", "1");
+        reply_error(res, 503, "too many listings and metrics requests at once (admin.max_heavy_requests): retry");
+        return handled::Handled;
+      }
+      hold_for_request(heavy);
+    }
+    return handled::Unhandled;
+  };
+}
+
+/// Starts `srv` on `addr` in `thread`; the port.
+int start(bounded_server& srv, const std::string& addr, const char* key, std::thread& thread) {
+  const auto parts = core::parse_host_port(addr, true);  // the config validated the form
+  if (!parts) throw std::runtime_error(std::string(key) + " " + addr + " is not host:port");
+  const int port = srv.bind(parts->host, parts->port);
+  if (port <= 0) throw std::runtime_error(std::string("cannot listen for admin HTTP on ") + key + " " + addr);
+  thread = std::thread([&srv] { srv.listen_after_bind(); });
+  return port;
+}
+
+}  // namespace
+
+admin_http::admin_http(const std::string& addr, admin_view& view, const config::admin_plane& plane,
+                       const auth::admin_tokens& tokens)
+    : heavy_(std::make_unique<request_gate>(plane.max_heavy_requests)) {
+  const listener_limits limits{plane.max_connections, plane.idle_timeout_ms, plane.request_timeout_ms};
+  server_ = std::make_unique<bounded_server>(limits, global_admin_counters().admin);
+  view.heavy = heavy_.get();
+  auto& srv = *server_;
+  srv.set_pre_routing_handler(gatekeeper(plane, tokens, *heavy_));
+  add_probe_routes(srv, view);
   srv.Get("/api/v1/backends", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(backends_json(view), "application/json");
   });
   add_backend_routes(srv, view);
-  // POST /api/v1/backends/{name}/drain | /undrain
+  // POST /api/v1/backends/{name}/drain | /undrain (the gatekeeper let only the admin role through)
   srv.Post(R"(/api/v1/backends/([^/]+)/(drain|undrain))",
-           [&view](const httplib::Request& req, httplib::Response& res) {
+           [&view, &tokens](const httplib::Request& req, httplib::Response& res) {
              const std::string name = req.matches[1];
              const bool on = req.matches[2] == "drain";
              if (!actors::find_backend(view.backends, name))
                return reply_error(res, 404, "no backend named " + name);
              view.set_draining(name, on);
-             spdlog::get("admin")->info("backend_{} backend={} remote={}", on ? "drain" : "undrain", name,
+             auth::admin_caller caller;
+             if (auto t = auth::bearer_token(req.get_header_value("Authorization"))) caller = tokens.find(*t);
+             const auto by = who(caller);
+             spdlog::get("admin")->info("backend_{} backend={} by={} remote={}", on ? "drain" : "undrain", name, by,
                                         req.remote_addr);
-             core::record_event(on ? "drain" : "undrain",
-                                "backend " + name + (on ? " drained" : " undrained") + " by " + req.remote_addr);
+             core::audit(on ? "admin.drain" : "admin.undrain",
+                         {{"backend", name}, {"by", by}, {"peer", req.remote_addr}});
+             core::record_event(on ? "drain" : "undrain", "backend " + name + (on ? " drained" : " undrained") +
+                                                              " by " + by + " from " + req.remote_addr);
              res.set_content(nlohmann::json{{"backend", name}, {"draining", on}}.dump(), "application/json");
            });
   srv.Get("/api/v1/cluster", [&view](const httplib::Request&, httplib::Response& res) {
@@ -463,18 +582,25 @@ admin_http::admin_http(const std::string& addr, admin_view& view)
   srv.Get("/metrics", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(view), "text/plain; version=0.0.4");
   });
-  const auto parts = core::parse_host_port(addr, true);  // the config validated the form
-  if (!parts) throw std::runtime_error("admin_addr " + addr + " is not host:port");
-  const auto& host = parts->host;
-  const int port = parts->port;
-  port_ = port == 0 ? srv.bind_to_any_port(host) : (srv.bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) throw std::runtime_error("cannot listen for admin HTTP on admin_addr " + addr);
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  port_ = start(srv, addr, "admin_addr", thread_);
+  if (plane.probe_addr) {
+    probe_ = std::make_unique<bounded_server>(limits, global_admin_counters().probe);
+    add_probe_routes(*probe_, view);
+    try {
+      probe_port_ = start(*probe_, *plane.probe_addr, "admin.probe_addr", probe_thread_);
+    } catch (...) {
+      server_->halt();
+      thread_.join();
+      throw;
+    }
+  }
 }
 
 admin_http::~admin_http() {
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  for (auto* s : {server_.get(), probe_.get()})
+    if (s) s->halt();
+  for (auto* t : {&thread_, &probe_thread_})
+    if (t->joinable()) t->join();
 }
 
 }  // namespace scg::net

@@ -17,9 +17,14 @@
 #include "actors/placement.hpp"
 #include "actors/session_table.hpp"
 #include "cluster/cluster_view.hpp"
+#include "config/config.hpp"
 
 namespace httplib {
 class Server;
+}
+
+namespace scg::auth {
+class admin_tokens;
 }
 
 namespace scg::core {
@@ -29,6 +34,8 @@ class usage_ledger;
 namespace scg::net {
 
 class execution_ledger;
+class bounded_server;
+class request_gate;
 
 /// What the admin endpoint reports; owned by the gateway.
 struct admin_view {
@@ -47,23 +54,34 @@ struct admin_view {
   const core::usage_ledger* usage = nullptr;  ///< per-tenant accounting; null: none shown
   /// tenants.pools: backend names per tenant (net/usage_http.hpp shows each pool's load).
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
+  const request_gate* heavy = nullptr;  ///< admin.max_heavy_requests in use (set by admin_http)
 };
 
 /// A Prometheus label value with \, " and newlines escaped.
 std::string prometheus_label(const std::string& v);
 
+/// The admin plane: every endpoint on `addr`, and /healthz and /readyz alone
+/// on `plane.probe_addr` when set. Each request is decided by
+/// net/admin_access.hpp (role from `tokens`, Origin, admin.open_metrics)
+/// before it is routed; listings and metrics are bounded by
+/// admin.max_heavy_requests.
 class admin_http {
  public:
-  /// Binds `addr` ("host:port", port 0 picks one); throws std::runtime_error
-  /// naming the address when it cannot.
-  admin_http(const std::string& addr, admin_view& view);
+  /// Binds `addr` ("host:port", port 0 picks one) and the probe address;
+  /// throws std::runtime_error naming the address when it cannot.
+  admin_http(const std::string& addr, admin_view& view, const config::admin_plane& plane,
+             const auth::admin_tokens& tokens);
   ~admin_http();
   int port() const { return port_; }
+  int probe_port() const { return probe_port_; }  ///< 0 without admin.probe_addr
 
  private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<request_gate> heavy_;
+  std::unique_ptr<bounded_server> server_;
+  std::unique_ptr<bounded_server> probe_;
+  std::thread thread_, probe_thread_;
   int port_ = 0;
+  int probe_port_ = 0;
 };
 
 /// The body of GET /api/v1/backends.

@@ -256,6 +256,7 @@ start_scg() {
     cat <<EOF
 bind_addr: "127.0.0.1:0"
 admin_addr: "127.0.0.1:0"
+admin: { allow_unauthenticated: true }   # loopback demo: the admin API open, no tokens
 backends:
   - { name: bench, address: "127.0.0.1:$FAKE_PORT", ui_url: "http://127.0.0.1:$FAKE_UI_PORT" }
 logging: { level: warn }

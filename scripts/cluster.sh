@@ -198,6 +198,7 @@ for i in "${replicas[@]}"; do
   cat > "$work/scg-$i.yaml" <<YAML
 bind_addr: "127.0.0.1:${grpc[i]}"
 admin_addr: "127.0.0.1:${admin[i]}"
+admin: { allow_unauthenticated: true }   # loopback demo: the admin API open, no tokens
 backends:
   - { name: spark-a, address: "127.0.0.1:$a", ui_url: "http://127.0.0.1:$a_ui" }
   - { name: spark-b, address: "127.0.0.1:$b", ui_url: "http://127.0.0.1:$b_ui" }

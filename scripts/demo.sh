@@ -51,6 +51,7 @@ b_ui=$(port_of "$work/spark-b.ports" ui)
 cat > "$work/scg.yaml" <<YAML
 bind_addr: "127.0.0.1:$port"
 admin_addr: "127.0.0.1:$admin"
+admin: { allow_unauthenticated: true }   # loopback demo: the admin API open, no tokens
 backends:
   - { name: spark-a, address: "127.0.0.1:$a", ui_url: "http://127.0.0.1:$a_ui" }
   - { name: spark-b, address: "127.0.0.1:$b", ui_url: "http://127.0.0.1:$b_ui" }

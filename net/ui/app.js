@@ -1,6 +1,11 @@
 'use strict';
 // The status page: polls the admin API every 2 s and redraws. Data from the
 // API only ever enters the DOM as textContent, never as markup.
+//
+// The API needs a token (admin.read_token_file or admin.token_file): entered
+// once in the form, or given as #token=... in the address (the fragment never
+// reaches the server), it is kept in sessionStorage for this tab only and sent
+// as an Authorization: Bearer header.
 
 const POLL_MS = 2000;
 const HISTORY = 150;  // score samples kept per backend: 5 minutes at 2 s
@@ -33,10 +38,48 @@ function fixed(v, digits) {
   return typeof v === 'number' ? v.toFixed(digits) : '–';
 }
 
+const TOKEN_KEY = 'scg-admin-token';
+
+/// Takes a token from the address's #token=... once, then drops it from the address.
+function tokenFromFragment() {
+  const m = /^#token=(.+)$/.exec(location.hash);
+  if (!m) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  history.replaceState(null, '', location.pathname + location.search);
+}
+
+class AuthError extends Error {}
+
 async function getJson(path) {
-  const res = await fetch(path, { cache: 'no-store' });
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = token ? { Authorization: 'Bearer ' + token } : {};
+  const res = await fetch(path, { cache: 'no-store', headers });
+  if (res.status === 401 || res.status === 403) {
+    let why = 'HTTP ' + res.status;
+    try { why = (await res.json()).error || why; } catch (e) { /* not JSON */ }
+    throw new AuthError(why);
+  }
   if (!res.ok) throw new Error(path + ': HTTP ' + res.status);
   return res.json();
+}
+
+function showLogin(message) {
+  document.getElementById('login').hidden = !message;
+  document.getElementById('login-why').textContent = message || '';
+}
+
+function setupLogin() {
+  document.getElementById('login').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const input = document.getElementById('token');
+    if (input.value.trim()) sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    input.value = '';
+    tick(false);
+  });
+  document.getElementById('logout').addEventListener('click', () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin('token forgotten: enter a token to see this replica');
+  });
 }
 
 function renderCluster(c) {
@@ -155,7 +198,7 @@ function showError(message) {
   p.hidden = !message;
 }
 
-async function tick() {
+async function tick(again = true) {
   try {
     const [cluster, backends, events] = await Promise.all([
       getJson('api/v1/cluster'), getJson('api/v1/backends'), getJson('api/v1/events')]);
@@ -166,11 +209,19 @@ async function tick() {
     renderEvents(events.events);
     document.getElementById('updated').textContent = new Date().toLocaleTimeString();
     showError('');
+    showLogin('');
   } catch (err) {
-    showError('cannot reach the admin API: ' + err.message);
+    if (err instanceof AuthError) {
+      showError('');
+      showLogin('admin token required: ' + err.message);
+    } else {
+      showError('cannot reach the admin API: ' + err.message);
+    }
   } finally {
-    setTimeout(tick, POLL_MS);
+    if (again) setTimeout(tick, POLL_MS);
   }
 }
 
+tokenFromFragment();
+setupLogin();
 tick();

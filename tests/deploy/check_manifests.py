@@ -186,17 +186,31 @@ def check_services(objs):
 
 
 def check_ports_and_probes(objs):
-    """Container ports are the config's bind_addr, admin_addr and cluster ports; the probes
-    hit /readyz and /healthz on the admin port."""
+    """Container ports are the config's bind_addr, admin_addr, admin.probe_addr and cluster
+    ports; the probes hit /readyz and /healthz on the probe listener (nothing else uses it)."""
     container = only(objs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
     cfg = yaml.safe_load(config_template(objs))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"client": port_of(cfg["bind_addr"]), "admin": port_of(cfg["admin_addr"]),
-                     "cluster": port_of(cfg["cluster"]["bind_addr"])}, ports
+                     "cluster": port_of(cfg["cluster"]["bind_addr"]),
+                     "probe": port_of(cfg["admin"]["probe_addr"])}, ports
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = container[probe]["httpGet"]
         assert get["path"] == path, f"{probe} path {get['path']}"
-        assert container_port(container, get["port"]) == port_of(cfg["admin_addr"]), f"{probe} port"
+        assert container_port(container, get["port"]) == port_of(cfg["admin"]["probe_addr"]), f"{probe} port"
+
+
+def check_admin_tokens(objs):
+    """The admin plane's token files are in the mounted Secret (read-only), never in the ConfigMap."""
+    spec = only(objs, "StatefulSet")["spec"]["template"]["spec"]
+    cfg = yaml.safe_load(config_template(objs))
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    assert secrets.get("admin-tokens") == "scg-admin", secrets
+    assert mounts["admin-tokens"]["readOnly"] is True
+    for key in ("token_file", "read_token_file"):
+        assert os.path.dirname(cfg["admin"][key]) == mounts["admin-tokens"]["mountPath"], key
+    assert "allow_unauthenticated" not in cfg["admin"], "the chart never opens the admin plane"
 
 
 def check_seeds(objs):
@@ -272,7 +286,14 @@ def check_config_passes_scg(objs, tmp, label):
     """The entrypoint renders the ConfigMap's template and `scg --check-config` accepts it;
     a nasty identity survives the substitution unchanged."""
     identity = "s3cr'et&\\|/ \"q\" #x: y"
-    code, out, rendered = run_entrypoint(config_template(objs), tmp, {
+    # The admin token files come from a Secret volume in the pod: stand-ins here.
+    tokens = os.path.join(tmp, "admin-tokens")
+    os.makedirs(tokens, exist_ok=True)
+    for name in ("admin-token", "read-token"):
+        with open(os.path.join(tokens, name), "w") as f:
+            f.write(name + "-value\n")
+    template = config_template(objs).replace(render.ADMIN_DIR + "/", tokens + "/")
+    code, out, rendered = run_entrypoint(template, tmp, {
         "SCG_NODE_NAME": "scg-1", "SCG_POD_IP": "10.244.1.7", "SCG_CLUSTER_IDENTITY": identity + "\n"})
     assert code == 0, f"{label}: scg --check-config failed: {out.strip()}"
     cfg = yaml.safe_load(rendered)
@@ -307,7 +328,7 @@ def check_cluster_tls_variant(tmp):
     spec = only(objs, "StatefulSet")["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-    assert secrets == {"cluster-tls": "scg-cluster-tls"}, secrets
+    assert secrets == {"cluster-tls": "scg-cluster-tls", "admin-tokens": "scg-admin"}, secrets
     for key in ("cert_file", "key_file", "ca_file"):
         assert os.path.dirname(cfg["cluster"]["tls"][key]) == mounts["cluster-tls"], key
 
@@ -698,7 +719,8 @@ def main():
         ("the objects of the plain manifests", lambda: check_objects(objs)),
         ("selectors match the pod labels", lambda: check_selectors(objs)),
         ("services: headless peers, client port, target ports", lambda: check_services(objs)),
-        ("container ports are the config's; probes on the admin port", lambda: check_ports_and_probes(objs)),
+        ("container ports are the config's; probes on the probe listener", lambda: check_ports_and_probes(objs)),
+        ("the admin tokens come from the mounted Secret", lambda: check_admin_tokens(objs)),
         ("cluster.seeds is the headless Service", lambda: check_seeds(objs)),
         ("the NetworkPolicy opens the cluster port to scg pods only", lambda: check_network_policy(objs)),
         ("terminationGracePeriodSeconds exceeds preStop + drain", lambda: check_grace_period(objs)),

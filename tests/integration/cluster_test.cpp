@@ -490,7 +490,7 @@ TEST_CASE("three replicas started at the same instant, each seeded with all, for
       std::string name = "race-" + std::to_string(r);
       std::string block = cluster_block(name, ports);
       block.replace(block.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ports[r]));
-      auto cfg = dir.write(name + ".yaml", gateway_yaml({&a}, block));
+      auto cfg = dir.write(name + ".yaml", gateway_yaml({&a}, block + open_admin_yaml));
       procs.emplace_back(std::vector<std::string>{bin("scg"), "--config", cfg, "--port-file", dir.file(name + ".ports")},
                          dir.file(name + ".log"));
     }

@@ -267,7 +267,7 @@ TEST_CASE("the watched config file follows a ConfigMap symlink swap and keeps th
     REQUIRE(std::rename((cm + "/..data_tmp").c_str(), (cm + "/..data").c_str()) == 0);
     if (version == 1) REQUIRE(::symlink("..data/config.yaml", (cm + "/config.yaml").c_str()) == 0);
   };
-  const std::string extra = "reload: { watch_secs: 1 }\n";
+  const std::string extra = "reload: { watch_secs: 1 }\n" + open_admin_yaml;
   publish(gateway_yaml({&a}, extra));
   const auto log = dir.file("scg.log");
   process p{{bin("scg"), "--config", cm + "/config.yaml", "--port-file", dir.file("scg.ports")}, log};

@@ -86,6 +86,7 @@ struct gateway {
   int grpc_port;
   int admin_port;
   int cluster_port;  ///< 0 without a cluster block
+  int probe_port = 0;  ///< admin.probe_addr's; 0 without one
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
 };
 
@@ -94,13 +95,28 @@ struct gateway {
 std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
                          const std::string& extra = "", const std::string& host = "127.0.0.1");
 
+/// The admin block that opens this build's admin plane to anyone on loopback
+/// (a test that writes and runs its config itself appends it).
+inline const std::string open_admin_yaml = "admin: { allow_unauthenticated: true }\n";
+
 /// Starts scg with config `yaml`; `wrapper` prefixes the command; `program`
-/// is the scg binary to run (this build's when empty).
+/// is the scg binary to run (this build's when empty). A yaml of this build
+/// without an `admin:` block gets `admin: { allow_unauthenticated: true }`.
 gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg",
                       const std::vector<std::string>& wrapper = {}, const std::string& program = "");
 
 /// A loopback TCP port free a moment ago, for a config that names its ports.
 int unused_port();
+
+/// While it lives, http_get, http_get_at, http_post and metric_value (and
+/// cluster_env's waits) send `Authorization: Bearer TOKEN`: for replicas
+/// whose admin plane has token files.
+struct admin_token_scope {
+  explicit admin_token_scope(std::string token);
+  ~admin_token_scope();
+  admin_token_scope(const admin_token_scope&) = delete;
+  admin_token_scope& operator=(const admin_token_scope&) = delete;
+};
 
 /// HTTP GET on loopback; {status, body}, status -1 when it failed.
 std::pair<int, std::string> http_get(int port, const std::string& path);

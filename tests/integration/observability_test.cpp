@@ -250,12 +250,22 @@ TEST_CASE("a drain and an undrain appear in the event log", "[integration][obser
 TEST_CASE("the status page of a 3-replica cluster shows every member and backend in a real browser",
           "[integration][observability][browser]") {
   require_tool(chromium, "chromium");
-  cluster_env env(3);
+  // Authentication on: the page gets the read token once (#token=, kept in
+  // sessionStorage) and sends it as a Bearer header on every API call.
+  temp_dir secrets;
+  const std::string read_token = "status-page-read-token", admin_token = "status-page-admin-token";
+  const auto read_file = secrets.write("read.token", read_token + "\n");
+  const auto admin_file = secrets.write("admin.token", admin_token + "\n");
+  admin_token_scope harness_token(read_token);  // for cluster_env's own waits
+  cluster_env env(3, "admin: { token_file: " + admin_file + ", read_token_file: " + read_file + " }\n");
   const int admin = env.replicas[0]->admin_port;
-  REQUIRE(http_post(admin, "/api/v1/backends/fake-c/drain", "").first == 200);
+  httplib::Client c("127.0.0.1", admin);
+  auto drained = c.Post("/api/v1/backends/fake-c/drain", {{"Authorization", "Bearer " + admin_token}}, "",
+                        "application/json");
+  REQUIRE(drained);
+  REQUIRE(drained->status == 200);
   const std::string url = "http://127.0.0.1:" + std::to_string(admin) + "/";
 
-  httplib::Client c("127.0.0.1", admin);
   auto page = c.Get("/");
   REQUIRE(page);
   CHECK(page->status == 200);
@@ -264,7 +274,17 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
   CHECK(http_get(admin, "/ui/app.js").first == 200);
   CHECK(http_get(admin, "/ui/nope.js").first == 404);
 
-  auto [rc, dom] = run_chromium(env.dir, "dump", {"--dump-dom"}, url);
+  {
+    // Without the token the page shows no data, only the token form and why.
+    auto [rc, dom] = run_chromium(env.dir, "no-token", {"--dump-dom"}, url);
+    INFO("chromium output:\n" << dom);
+    REQUIRE(rc == 0);
+    CHECK(dom.find("admin token required") != std::string::npos);
+    CHECK(dom.find("<td>fake-a</td>") == std::string::npos);
+    CHECK(dom.find("<td>scg-0</td>") == std::string::npos);
+  }
+  const auto url_with_token = url + "#token=" + read_token;
+  auto [rc, dom] = run_chromium(env.dir, "dump", {"--dump-dom"}, url_with_token);
   INFO("chromium output:\n" << dom);
   REQUIRE(rc == 0);
   // Names inside table cells: only the page's script puts them there, from
@@ -275,12 +295,15 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
   CHECK(dom.find(">draining</td>") != std::string::npos);
   CHECK(dom.find("backend fake-c drained") != std::string::npos);
   CHECK(dom.find("cannot reach the admin API") == std::string::npos);
+  CHECK(dom.find("admin token required") == std::string::npos);
+  CHECK(slurp(env.replicas[0]->proc.log_path()).find(read_token) == std::string::npos);
 
   const auto artifacts = fs::path(SCG_BIN_DIR) / "artifacts";
   fs::create_directories(artifacts);
   const auto png = (artifacts / "status-page.png").string();
   fs::remove(png);
-  auto [shot_rc, shot_log] = run_chromium(env.dir, "shot", {"--screenshot=" + png, "--window-size=1280,900"}, url);
+  auto [shot_rc, shot_log] =
+      run_chromium(env.dir, "shot", {"--screenshot=" + png, "--window-size=1280,900"}, url_with_token);
   INFO("chromium output:\n" << shot_log);
   REQUIRE(shot_rc == 0);
   REQUIRE(fs::exists(png));

@@ -350,6 +350,8 @@ def base_config(servers: list[dict], token: str | None, **overrides) -> dict:
         "placement": {"strategy": "least_loaded", "poll_interval_ms": 500},
         "health": {"interval_ms": 500, "timeout_ms": 1000, "failures": 3, "successes": 1},
         "logging": {"level": "info"},
+        # the admin plane open on loopback: these scenarios test the data plane
+        "admin": {"allow_unauthenticated": True},
     }
     if token:
         cfg["backend_token"] = {"kind": "inline", "value": token}

@@ -6,7 +6,10 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <iterator>
+#include <optional>
 #include <string>
 
 using namespace scg::config;
@@ -356,4 +359,66 @@ TEST_CASE("accounting keys have bounded defaults and take their values", "[confi
   CHECK(g.accounting.max_tenants == 3);
   CHECK(g.accounting.max_users == 10);
   CHECK(g.accounting.prometheus_users == 5);
+}
+
+TEST_CASE("the admin block has safe defaults, takes its keys and names a bad one", "[config][admin]") {
+  auto d = ok(one_backend);
+  CHECK(d.admin.token_file.empty());
+  CHECK_FALSE(d.admin.allow_unauthenticated);
+  CHECK(d.admin.open_metrics);
+  CHECK_FALSE(d.admin.probe_addr);
+  CHECK(d.admin.max_connections == 512);
+  CHECK(d.admin.idle_timeout_ms == 5000);
+  CHECK(d.admin.request_timeout_ms == 5000);
+  CHECK(d.admin.max_heavy_requests == 4);
+  auto g = ok(one_backend + "admin:\n  token_file: /run/a\n  read_token_file: /run/r\n  open_metrics: false\n"
+                            "  probe_addr: \"0.0.0.0:9091\"\n  max_connections: 64\n  idle_timeout_ms: 1000\n"
+                            "  request_timeout_ms: 2000\n  max_heavy_requests: 2\n");
+  CHECK(g.admin.token_file == "/run/a");
+  CHECK(g.admin.read_token_file == "/run/r");
+  CHECK_FALSE(g.admin.open_metrics);
+  CHECK(g.admin.probe_addr == std::optional<std::string>("0.0.0.0:9091"));
+  CHECK(g.admin.max_connections == 64);
+  CHECK(g.admin.idle_timeout_ms == 1000);
+  CHECK(g.admin.request_timeout_ms == 2000);
+  CHECK(g.admin.max_heavy_requests == 2);
+  CHECK(ok(one_backend + "admin: { allow_unauthenticated: true }\n").admin.allow_unauthenticated);
+  CHECK(bad(one_backend + "admin: { allow_unauthenticated: yes please }\n").field == "admin.allow_unauthenticated");
+  CHECK(bad(one_backend + "admin: { allow_unauthenticated: true, token_file: /a }\n").field ==
+        "admin.allow_unauthenticated");
+  CHECK(bad(one_backend + "admin: { probe_addr: nowhere }\n").field == "admin.probe_addr");
+  CHECK(bad(one_backend + "admin: { max_connections: 0 }\n").field == "admin.max_connections");
+  CHECK(bad(one_backend + "admin: { max_heavy_requests: -1 }\n").field == "admin.max_heavy_requests");
+  CHECK(bad(one_backend + "admin: { token_file: \"\" }\n").field == "admin.token_file");
+  CHECK(bad(one_backend + "admin: { token: abc }\n").field == "admin.token");
+}
+
+TEST_CASE("300 mutated configuration files are each accepted or refused with a field, never a crash",
+          "[config]") {
+  const auto base = documented_example();
+  REQUIRE(!base.empty());
+  const std::string noise[] = {"", ":", "- ", "{", "}", "[", "]", "\"", "'", "-1", "99999999999999999999", "null",
+                               "~", "\t", "\n  ", "&a", "*a", "!!binary", "0x", "1e309", "true", "\xff\xfe"};
+  std::uint32_t seed = 18;
+  auto next = [&seed] {
+    seed = seed * 1664525u + 1013904223u;  // a fixed LCG: every run mutates alike
+    return seed >> 8;
+  };
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string y = base;
+    for (int k = 0; k < 1 + static_cast<int>(next() % 4); ++k) {
+      const auto at = next() % y.size();
+      const auto& with = noise[next() % std::size(noise)];
+      if (next() % 2) y.replace(at, std::min<std::size_t>(1 + next() % 8, y.size() - at), with);
+      else y.insert(at, with);
+    }
+    auto r = parse(y);
+    if (auto* e = std::get_if<error>(&r)) {
+      ++refused;
+      CHECK_FALSE(e->field.empty());
+      CHECK_FALSE(e->message.empty());
+    }
+  }
+  CHECK(refused > 100);  // the mutations do break files; the parse survived each
 }

@@ -48,7 +48,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Keys of scg.yaml the chart sets itself may not come from .Values.config. */}}
 {{- define "scg.validate" -}}
-{{- range $key := list "bind_addr" "admin_addr" "shutdown" "cluster" "tls" "auth" "backend_token" "backend_discovery" -}}
+{{- range $key := list "bind_addr" "admin_addr" "admin" "shutdown" "cluster" "tls" "auth" "backend_token" "backend_discovery" -}}
 {{- if hasKey ($.Values.config | default dict) $key -}}
 {{- fail (printf "config.%s is set by the chart; use the chart's own value for it" $key) -}}
 {{- end -}}
