@@ -21,6 +21,7 @@ packages=(
   curl procps iproute2 python3 python3-yaml openssl
   chromium prometheus
   openjdk-17-jre-headless openjdk-17-jdk-headless python3-venv
+  golang-go golang-github-masterminds-sprig-dev
 )
 
 # Bench only: nginx and HAProxy to compare scg with, h2load as a second load
