@@ -151,7 +151,8 @@ gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::s
   // that do not test the admin plane's access run it open, as on a laptop.
   // (An older binary, `program`, has no admin: block.)
   const bool has_admin_block = yaml.rfind("admin:", 0) == 0 || yaml.find("\nadmin:") != std::string::npos;
-  auto cfg = dir.write(tag + ".yaml", program.empty() && !has_admin_block
+  const bool this_build = program.empty() || program == bin("scg");
+  auto cfg = dir.write(tag + ".yaml", this_build && !has_admin_block
                                           ? yaml + "\n" + open_admin_yaml
                                           : yaml);
   auto port_file = dir.file(tag + ".ports");

@@ -100,8 +100,8 @@ std::string gateway_yaml(const std::vector<const fake_spark*>& backends,
 inline const std::string open_admin_yaml = "admin: { allow_unauthenticated: true }\n";
 
 /// Starts scg with config `yaml`; `wrapper` prefixes the command; `program`
-/// is the scg binary to run (this build's when empty). A yaml of this build
-/// without an `admin:` block gets `admin: { allow_unauthenticated: true }`.
+/// is the scg binary to run (this build's when empty). A yaml run by this
+/// build (program empty or bin("scg")) without an `admin:` block gets `admin: { allow_unauthenticated: true }`.
 gateway start_gateway(const temp_dir& dir, const std::string& yaml, const std::string& tag = "scg",
                       const std::vector<std::string>& wrapper = {}, const std::string& program = "");
 
