@@ -117,6 +117,9 @@ class traffic {
     for (auto& t : threads_) t.join();
     threads_.clear();
   }
+  // A failed REQUIRE unwinds past stop(): joining here keeps std::terminate
+  // (and the replicas it would leave running) away.
+  ~traffic() { stop(); }
 
   /// Takes replica `i` out of the choice and waits for its calls to end.
   bool take_out(int i) {
