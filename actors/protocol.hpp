@@ -45,7 +45,6 @@ using op_find_atom = caf::atom_constant<caf::atom("op_find")>;    // an operatio
 using where_op_atom = caf::atom_constant<caf::atom("where_op")>;  // a peer asks for an operation's backend
 using put_atom = caf::atom_constant<caf::atom("put")>;            // replicate a local write
 using erase_atom = caf::atom_constant<caf::atom("erase")>;        // replicate a local delete
-using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a replicated binding, by key
 using expire_atom = caf::atom_constant<caf::atom("expire")>;      // the router's sweep saw a session idle
 using tick_atom = caf::atom_constant<caf::atom("tick")>;          // a self-addressed timer
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // the next step of a sweep
@@ -57,7 +56,6 @@ using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's o
 using replication_actor = caf::typed_actor<
     caf::reacts_to<put_atom, std::string, std::string, std::string, std::uint64_t>,  // key, value, session, started wall ms or 0
     caf::reacts_to<erase_atom, std::string>,                                          // key
-    caf::replies_to<lookup_atom, std::string>::with<std::string>,  // key -> value, "" when none
     caf::reacts_to<backend_atom, std::string>>;                    // name: re-apply what peers said of it
 
 /// What a router takes from other replicas' routers (remote: the handles
@@ -144,6 +142,11 @@ struct router_settings {
   std::function<void(std::size_t)> on_members;  ///< live replicas, self included, on each change
   std::string backend_token;   ///< what searches for a session's holder present to backends
   int search_timeout_ms = 1000;  ///< health.timeout_ms: each server's answer to a search
+  /// In a cluster: the backend the replicated table binds a key ("s/…",
+  /// "o/…") to, empty when none; called on the router's thread, it reads the
+  /// table under a shared lock instead of asking the cluster actor, whose
+  /// mailbox may hold seconds of repair batches during a sync.
+  std::function<std::string(const std::string&)> replicated_backend;
 };
 
 /// The session directory: places new sessions, spawns and tracks session

@@ -38,9 +38,11 @@ class router {
   /// Spawns the router actor and one backend actor per backend. Health
   /// probes and holder searches present `backend_token` (may be empty).
   /// `on_members` hears the number of live replicas (self included) whenever
-  /// it changes, from an actor thread.
+  /// it changes, from an actor thread. In a cluster, `replicated_backend`
+  /// answers from the replicated table (router_settings::replicated_backend).
   router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
-         backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members = {});
+         backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members = {},
+         std::function<std::string(const std::string&)> replicated_backend = {});
   ~router();
 
   /// Binds a brand-new session (key from session_key::str()) to a backend

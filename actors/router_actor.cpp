@@ -203,17 +203,18 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
           });
 }
 
+/// The backend the replicated table binds `key` to; empty when none, or
+/// when this replica is not in a cluster.
+std::string replicated(const router_state& st, const std::string& key) {
+  return st.cluster && st.settings.replicated_backend ? st.settings.replicated_backend(key) : std::string();
+}
+
 /// Resolves a session this replica has no binding for: the replicated table
 /// may hold it (bound elsewhere, or forgotten here when idle), else its
 /// owner decides.
 void resolve_in_cluster(self_ptr self, const std::string& key, route_callback done) {
-  self->request(self->state.cluster, ask_timeout, lookup_atom::value, "s/" + key)
-      .then(
-          [=](const std::string& name) {
-            if (!name.empty()) return done(adopt(self, key, name));
-            decide_via_owner(self, key, done);
-          },
-          [=](const caf::error&) { decide_via_owner(self, key, done); });
+  if (auto name = replicated(self->state, "s/" + key); !name.empty()) return done(adopt(self, key, name));
+  decide_via_owner(self, key, done);
 }
 
 /// The first peer protocol that answers where_op (cluster/protocol_version.hpp).
@@ -262,16 +263,12 @@ void find_op(self_ptr self, const std::string& op_id, const route_callback& done
   auto& st = self->state;
   if (auto op = st.table->find_op(op_id, now_ms())) return done({op->backend, {}});
   if (!st.cluster || st.member_names.empty()) return done({});
-  self->request(st.cluster, ask_timeout, lookup_atom::value, "o/" + op_id)
-      .then(
-          [=](const std::string& name) {
-            if (auto b = name.empty() ? std::nullopt : find_backend(self->state.backends, name)) {
-              core::bump(core::global_metrics().router_operations_found_total);
-              return done({*b, {}});
-            }
-            ask_peers_for_op(self, op_id, done);
-          },
-          [=](const caf::error&) { ask_peers_for_op(self, op_id, done); });
+  const auto name = replicated(st, "o/" + op_id);
+  if (auto b = name.empty() ? std::nullopt : find_backend(st.backends, name)) {
+    core::bump(core::global_metrics().router_operations_found_total);
+    return done({*b, {}});
+  }
+  ask_peers_for_op(self, op_id, done);
 }
 
 /// Sends `msg` on to the session actor of `key`, if it lives.
@@ -370,9 +367,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
                         caf::anon_send(me, holder_atom::value, key, b ? std::int64_t{*b} : std::int64_t{-1});
                       });
         };
-        if (!st.cluster || st.member_names.empty()) return search({});
-        self->request(st.cluster, ask_timeout, lookup_atom::value, "s/" + key)
-            .then([=](const std::string& name) { search(name); }, [=](const caf::error&) { search({}); });
+        search(st.member_names.empty() ? std::string() : replicated(st, "s/" + key));
       },
       [=](holder_atom, const std::string& key, std::int64_t found) {
         auto& st = self->state;
@@ -408,21 +403,9 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // A peer asks us, the key's owner, to decide.
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
-        auto rp = self->make_response_promise<std::string>();
-        auto answer = [=](route_result r) mutable {
-          rp.deliver(r.backend ? self->state.backends[*r.backend]->name : std::string());
-        };
-        if (!st.cluster) {
-          answer(decide_here(self, key, true, true));
-          return rp;
-        }
-        self->request(st.cluster, ask_timeout, lookup_atom::value, "s/" + key)
-            .then(
-                [=](const std::string& name) mutable {
-                  answer(name.empty() ? decide_here(self, key, true, true) : adopt(self, key, name));
-                },
-                [=](const caf::error&) mutable { answer(decide_here(self, key, true, true)); });
-        return rp;
+        const auto name = replicated(st, "s/" + key);
+        const auto r = name.empty() ? decide_here(self, key, true, true) : adopt(self, key, name);
+        return r.backend ? st.backends[*r.backend]->name : std::string();
       },
       [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers,
           std::vector<std::uint32_t>& protocols) {
@@ -621,7 +604,8 @@ struct router::impl {
 };
 
 router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
-               backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members)
+               backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members,
+               std::function<std::string(const std::string&)> replicated_backend)
     : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {},
                                         std::move(backend_token)})) {
   router_settings s{};
@@ -631,6 +615,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_p
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   s.shed_above = cfg.placement.shed_above;
   s.on_members = std::move(on_members);
+  s.replicated_backend = std::move(replicated_backend);
   s.limits = cfg.limits;
   for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
   s.backend_token = impl_->probe_token;

@@ -354,11 +354,16 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
                                   static_cast<std::size_t>(cfg.accounting.prometheus_users)});
   fx.usage = &core::global_usage();
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
-  actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), [&fx, &limiter](std::size_t live) {
-                          const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));
-                          fx.share = share;
-                          limiter.set_share(share);
-                        }};
+  auto on_members = [&fx, &limiter](std::size_t live) {
+    const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));
+    fx.share = share;
+    limiter.set_share(share);
+  };
+  // The replicated table, shared by the cluster actor (its writer) and the router.
+  auto replicated = cfg.cluster ? std::make_shared<cluster::replicated_table>() : nullptr;
+  std::function<std::string(const std::string&)> replicated_backend;
+  if (replicated) replicated_backend = [replicated](const std::string& key) { return replicated->live_backend(key); };
+  actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), on_members, replicated_backend};
   fx.backends = backends;
   fx.table = table;
   fx.router = &router;
@@ -379,8 +384,8 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
     view.node_name = cfg.cluster->node_name;
     view.cluster = std::make_shared<cluster::cluster_view>();
     view.synced = false;
-    cluster_port = cluster::start(sys, *cfg.cluster, cfg.affinity, table, backends, router.actor(), view.cluster,
-                                  [&view] { view.synced = true; });
+    cluster_port = cluster::start(sys, *cfg.cluster, cfg.affinity, replicated, table, backends, router.actor(),
+                                  view.cluster, [&view] { view.synced = true; });
     if (cluster_port == 0) return 1;
   }
 

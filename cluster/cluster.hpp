@@ -9,6 +9,7 @@
 #include "actors/backend.hpp"
 #include "actors/session_table.hpp"
 #include "cluster/cluster_view.hpp"
+#include "cluster/replicated_table.hpp"
 #include "config/config.hpp"
 
 namespace caf {
@@ -28,16 +29,19 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c);
 
 /// Starts the cluster actor of this replica: publishes it on c.bind_addr,
 /// dials the seeds, replicates the session table and operation index, and
-/// tells `router` the live members. Bindings live cluster-wide while some
-/// replica uses them: a replica that serves a session or operation refreshes
-/// its entry every quarter `ttl`, and an entry nobody refreshed for a whole
-/// `ttl` is deleted (a tombstone) by whichever replica sees it first. `on_ready` runs once, after the first
+/// tells `router` the live members. `replicated`, empty at the start, is the
+/// replicated table: the cluster actor fills and changes it, the router reads
+/// it (replicated_table::live_backend) without asking the cluster actor.
+/// Bindings live cluster-wide while some replica uses them: a replica that
+/// serves a session or operation refreshes its entry every quarter `ttl`, and
+/// an entry nobody refreshed for a whole `ttl` is deleted (a tombstone) by
+/// whichever replica sees it first. `on_ready` runs once, after the first
 /// full sync with a peer or after c.sync_wait_secs with none reachable.
 /// Returns the port bound (0 on failure, with the reason logged).
 std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
-                    std::shared_ptr<actors::session_table> table, actors::backend_list backends,
-                    const actors::router_ref& router, std::shared_ptr<cluster_view> view,
-                    std::function<void()> on_ready);
+                    std::shared_ptr<replicated_table> replicated, std::shared_ptr<actors::session_table> table,
+                    actors::backend_list backends, const actors::router_ref& router,
+                    std::shared_ptr<cluster_view> view, std::function<void()> on_ready);
 
 /// Stops the cluster actor start() spawned, if any: call before the actor
 /// system goes away (published on the middleman, it would keep it alive).

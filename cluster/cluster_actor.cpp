@@ -43,10 +43,10 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
-constexpr std::size_t sync_chunk = 2048;    // entries per repair message, about
+constexpr std::size_t sync_chunk = 1024;    // entries per repair message
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr auto repair_timeout = 30s;        // for the peer to take one
-constexpr int repair_window = 2;            // repair messages not yet acknowledged, at most
+constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 500ms;
@@ -65,7 +65,7 @@ struct cluster_state {
   std::int64_t op_ttl_ms = 0;
   std::string self_address;  // what peers dial to reach us
   hlc clock{[] { return static_cast<std::uint64_t>(actors::wall_now_ms()); }};
-  replicated_table table;
+  std::shared_ptr<replicated_table> table;  // the router reads it too (live_backend)
   std::shared_ptr<actors::session_table> sessions;
   actors::backend_list backends;
   actors::router_actor router;
@@ -173,7 +173,7 @@ void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
   st.synced = true;
-  log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table.size(),
+  log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table->size(),
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
   publish_view(self);
@@ -203,34 +203,48 @@ bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
   return d;
 }
 
-/// A repair under way to one peer: the buckets it sends, the next one, and
-/// the messages the peer has not acknowledged yet.
+/// A repair under way to one peer: the buckets it sends, the next one to
+/// copy, what is left of the bucket copied last, and the messages the peer
+/// has not acknowledged yet.
 struct repair_job {
   std::vector<std::size_t> buckets;
   bool sync_reply = false;  // the peer may report ready after the last message
   std::size_t next = 0;
+  std::vector<entry> copied;  // of buckets[next - 1], not sent yet
   int in_flight = 0;
   bool sent_last = false;
   bool failed = false;
 };
 
-/// Sends `peer` this replica's entries of the job's buckets: whole buckets,
-/// about sync_chunk entries per message, at most repair_window messages the
-/// peer has not acknowledged. A full sync of a large table thus holds a few
-/// messages' worth of buffer on either side (CAF keeps a connection's buffer
-/// at the largest size it ever had), deltas do not queue behind megabytes of
-/// repair, and the peer merges one message while the next is built and sent.
-/// `sync_reply` rides on the last message; a table that agrees sends one
-/// empty message.
+/// Sends `peer` this replica's entries of the job's buckets: sync_chunk
+/// entries per message (about 100 KB), at most repair_window messages the
+/// peer has not acknowledged. A bucket is copied whole when its turn comes
+/// (a million bindings make 15,600 per bucket) and sent in parts; an entry
+/// written meanwhile reaches the peer as a delta too, and the newer version
+/// wins whichever comes first. A full sync of a large table thus holds a few
+/// hundred kilobytes of messages on either side (CAF keeps a connection's
+/// buffer at the largest size it ever had), and the routers' questions and
+/// the deltas on the same connection queue behind at most that, while the
+/// peer merges one message as the next is built and sent. `sync_reply`
+/// rides on the last message; a table that agrees sends one empty message.
 void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr<repair_job>& job) {
   auto done = [self, peer] { self->state.repairing.erase(peer.address()); };
   while (!job->failed && !job->sent_last && job->in_flight < repair_window) {
     std::vector<entry> part;
-    while (job->next < job->buckets.size() && part.size() < sync_chunk) {
-      auto more = self->state.table.bucket_entries(job->buckets[job->next++]);
-      part.insert(part.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    part.reserve(sync_chunk);
+    while (part.size() < sync_chunk) {
+      if (job->copied.empty()) {
+        if (job->next == job->buckets.size()) break;
+        job->copied = self->state.table->bucket_entries(job->buckets[job->next++]);
+        continue;
+      }
+      const auto take = std::min(sync_chunk - part.size(), job->copied.size());
+      const auto from = job->copied.end() - static_cast<std::ptrdiff_t>(take);
+      part.insert(part.end(), std::make_move_iterator(from), std::make_move_iterator(job->copied.end()));
+      job->copied.erase(from, job->copied.end());
     }
-    job->sent_last = job->next == job->buckets.size();
+    if (job->copied.empty()) job->copied.shrink_to_fit();
+    job->sent_last = job->copied.empty() && job->next == job->buckets.size();
     ++job->in_flight;
     self->request(peer, repair_timeout, entries_atom::value, std::move(part), job->sync_reply && job->sent_last)
         .then(
@@ -252,9 +266,9 @@ void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr
 void write_local(self_ptr self, entry e) {
   auto& st = self->state;
   const entry& in_force =
-      e.deleted ? st.table.erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
-                                 static_cast<std::uint64_t>(actors::wall_now_ms()))
-                : st.table.put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name}, e.started_ms);
+      e.deleted ? st.table->erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
+                                  static_cast<std::uint64_t>(actors::wall_now_ms()))
+                : st.table->put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name}, e.started_ms);
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
     st.flush_scheduled = true;
@@ -279,7 +293,7 @@ void refresh_step(self_ptr self) {
   const auto steady = actors::now_ms();
   std::vector<entry> touch;
   std::vector<std::string> expire, forget;
-  st.refresh = st.table.for_each_step(*st.refresh, refresh_slots, [&](const entry_view& e) {
+  st.refresh = st.table->for_each_step(*st.refresh, refresh_slots, [&](const entry_view& e) {
     if (e.deleted && e.tombstone_expires_ms <= static_cast<std::uint64_t>(wall)) forget.emplace_back(e.key);
     const bool session = e.key.rfind("s/", 0) == 0;
     if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
@@ -297,10 +311,10 @@ void refresh_step(self_ptr self) {
   for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0, e.started_ms});
   for (auto& key : expire) {
     write_local(self, entry{key, {}, {}, {}, true, 0});
-    apply(st, *st.table.find(key));
+    apply(st, *st.table->find(key));
     core::bump(core::global_metrics().cluster_entries_expired_total);
   }
-  for (const auto& key : forget) st.table.expire_tombstone(key, static_cast<std::uint64_t>(wall));
+  for (const auto& key : forget) st.table->expire_tombstone(key, static_cast<std::uint64_t>(wall));
   st.refresh_work += std::chrono::steady_clock::now() - began;
   if (!st.refresh->done()) return self->send(self, refresh_atom::value);
   st.refresh.reset();
@@ -343,14 +357,14 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
   std::int64_t lag = 0;
   for (const auto& e : batch) {
     st.clock.observe(e.ver.time);
-    auto r = st.table.merge(e);
+    auto r = st.table->merge(e);
     // Backend state (health, load, drains) is rewritten by its owner as it
     // changes; only two different bindings of a session or operation conflict.
     if (r.conflict && (e.key.rfind("s/", 0) == 0 || e.key.rfind("o/", 0) == 0)) {
       ++st.conflicts;
       core::bump(metrics.cluster_conflicts_total);
       log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
-                 st.table.find(e.key)->ver.node);
+                 st.table->find(e.key)->ver.node);
     }
     if (!r.applied) continue;
     core::bump(metrics.cluster_entries_merged_total);
@@ -457,7 +471,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       if (replaced) self->demonitor(replaced.address());
       self->monitor(sender);
       greet(self, sender);  // the other side learns us even if it did not dial
-      if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(st.table));
+      if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(*st.table));
       const auto& v = st.members.members().at(name).version;
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
@@ -497,6 +511,7 @@ void dial_due(self_ptr self) {
 }  // namespace
 
 cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg, config::affinity ttl,
+                                              std::shared_ptr<replicated_table> replicated,
                                               std::shared_ptr<actors::session_table> sessions,
                                               actors::backend_list backends, actors::router_actor router,
                                               std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
@@ -505,6 +520,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
   st.members = members_table{st.cfg.node_name, announced_version()};
   st.session_ttl_ms = std::int64_t{ttl.session_ttl_secs} * 1000;
   st.op_ttl_ms = std::int64_t{ttl.op_ttl_secs} * 1000;
+  st.table = std::move(replicated);
   st.sessions = std::move(sessions);
   st.backends = std::move(backends);
   st.router = std::move(router);
@@ -534,7 +550,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       // --- a backend joined the running set: apply what peers said of it -----
       [=](actors::backend_atom, const std::string& name) {
         auto& st = self->state;
-        st.table.for_each([&](const entry_view& e) {
+        st.table->for_each([&](const entry_view& e) {
           const auto id = e.key.size() > 2 ? e.key.substr(2) : std::string_view();
           if (e.backend == name || (id == name && e.key[0] != 's' && e.key[0] != 'o')) apply(st, e.to_entry());
         });
@@ -568,7 +584,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
           return {};
         }
         auto job = std::make_shared<repair_job>();
-        job->buckets = differing_buckets(st.table.digest(), to_digest(theirs));
+        job->buckets = differing_buckets(st.table->digest(), to_digest(theirs));
         job->sync_reply = true;
         send_repair(self, sender, job);
         return {};
@@ -592,21 +608,27 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](actors::erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
       },
-      [=](actors::lookup_atom, const std::string& key) -> std::string {
-        // The router's miss path: a binding this replica holds but forgot locally.
-        const auto e = self->state.table.find(key);
-        return e && !e->deleted ? e->backend : std::string();
-      },
 
       // --- timers -------------------------------------------------------------
       [=](flush_atom) {
         auto& st = self->state;
         st.flush_scheduled = false;
         if (st.outbox.empty()) return;
+        // In messages of sync_chunk entries at most: a refresh step's
+        // thousands of touches would otherwise be one message that every
+        // peer deserializes and merges before the next on the connection.
         auto batch = std::move(st.outbox);
         st.outbox.clear();
-        for (const auto& [name, m] : st.members.members())
-          if (m.up) self->send(m.link, delta_atom::value, batch);
+        for (std::size_t from = 0; from < batch.size(); from += sync_chunk) {
+          const auto to = std::min(batch.size(), from + sync_chunk);
+          std::vector<entry> part;
+          if (from == 0 && to == batch.size())
+            part = std::move(batch);
+          else
+            part.assign(batch.begin() + static_cast<std::ptrdiff_t>(from), batch.begin() + static_cast<std::ptrdiff_t>(to));
+          for (const auto& [name, m] : st.members.members())
+            if (m.up) self->send(m.link, delta_atom::value, part);
+        }
       },
       [=](dial_atom) {
         auto& st = self->state;
@@ -640,7 +662,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](ae_atom) {
         auto& st = self->state;
         forget_departed(self);
-        auto digest = digest_of(st.table);
+        auto digest = digest_of(*st.table);
         for (const auto& [name, m] : st.members.members())
           if (m.up && asks_repair_from(self, m.link)) self->send(m.link, digest_atom::value, digest);
         start_refresh(self);
@@ -680,9 +702,9 @@ void configure(caf::actor_system_config& cfg, const config::cluster& c) {
 }
 
 std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const config::affinity& ttl,
-                    std::shared_ptr<actors::session_table> table, actors::backend_list backends,
-                    const actors::router_ref& router, std::shared_ptr<cluster_view> view,
-                    std::function<void()> on_ready) {
+                    std::shared_ptr<replicated_table> replicated, std::shared_ptr<actors::session_table> table,
+                    actors::backend_list backends, const actors::router_ref& router,
+                    std::shared_ptr<cluster_view> view, std::function<void()> on_ready) {
   const auto bind = core::parse_host_port(c.bind_addr, true);  // the config validated it
   if (!bind) {
     spdlog::get("cluster")->error("cluster_listen_failed bind_addr={} reason=\"not host:port\"", c.bind_addr);
@@ -702,7 +724,8 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
   // Published untyped, as before the typed interfaces: the handshake peers
   // of older versions see is unchanged.
   auto actor = caf::actor_cast<caf::actor>(
-      sys.spawn(cluster_behavior, c, ttl, table, backends, router.handle, view, std::move(on_ready)));
+      sys.spawn(cluster_behavior, c, ttl, std::move(replicated), table, backends, router.handle, view,
+                std::move(on_ready)));
   const char* in = wildcard ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
                      : sys.middleman().publish(actor, port, in, true);

@@ -82,6 +82,7 @@ entry_view replicated_table::view(const shard::item& it) const {
 }
 
 entry replicated_table::upsert(const entry& incoming, merge_result& result) {
+  std::unique_lock lock(mutex_);
   const std::size_t bucket = bucket_of(incoming.key);
   auto& s = shards_[bucket];
   const auto* found = s.find(incoming.key);
@@ -134,6 +135,14 @@ std::optional<entry> replicated_table::find(std::string_view key) const {
   return view(*it).to_entry();
 }
 
+std::string replicated_table::live_backend(std::string_view key) const {
+  std::shared_lock lock(mutex_);
+  const auto* it = shards_[bucket_of(key)].find(key);
+  if (!it) return {};
+  const auto e = view(*it);
+  return e.deleted ? std::string() : std::string(e.backend);
+}
+
 std::vector<entry> replicated_table::bucket_entries(std::size_t b) const {
   std::vector<entry> out;
   if (b >= digest_buckets) return out;
@@ -144,6 +153,7 @@ std::vector<entry> replicated_table::bucket_entries(std::size_t b) const {
 
 std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
   if (size_ == live_) return 0;
+  std::unique_lock lock(mutex_);
   std::size_t removed = 0;
   for (std::size_t b = 0; b < digest_buckets; ++b)
     removed += shards_[b].erase_if([&](const shard::item& it) {
@@ -156,6 +166,7 @@ std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
 }
 
 bool replicated_table::expire_tombstone(std::string_view key, std::uint64_t now_wall_ms) {
+  std::unique_lock lock(mutex_);
   const auto b = bucket_of(key);
   const auto* it = shards_[b].find(key);
   if (!it) return false;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,7 +63,11 @@ struct merge_result {
 };
 
 /// Last-writer-wins map from key to entry, with an incrementally maintained
-/// anti-entropy digest. Not thread-safe: one actor owns it.
+/// anti-entropy digest. One actor owns it and alone changes it or reads it
+/// through the other members; live_backend() may be called from any thread
+/// meanwhile (the router's look-ups, which thus never wait in the owner's
+/// mailbox behind a repair batch): it takes a shared lock, each change an
+/// exclusive one for that entry alone.
 ///
 /// Compact, because every replica holds every binding of the cluster: an entry
 /// is one allocation (core::packed_map: a 32-byte head, then the bytes of key,
@@ -88,6 +93,10 @@ class replicated_table {
 
   /// The entry for `key`, tombstone included; nullopt when absent.
   std::optional<entry> find(std::string_view key) const;
+
+  /// The backend a live entry for `key` names; empty when there is none or
+  /// it is a tombstone. Thread-safe (see the class comment).
+  std::string live_backend(std::string_view key) const;
 
   /// The per-bucket hashes; O(1), they are kept up to date on every change.
   bucket_digest digest() const { return hashes_; }
@@ -167,6 +176,7 @@ class replicated_table {
   entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
 
+  mutable std::shared_mutex mutex_;  // shared: live_backend(); exclusive: each change
   std::array<shard, digest_buckets> shards_;
   std::deque<std::string> names_;  // node names (version.node), by number; views stay valid
   std::unordered_map<std::string, std::uint32_t> name_ids_;

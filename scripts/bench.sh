@@ -861,13 +861,17 @@ wait_sessions() {
 #     had when it had just joined the empty cluster;
 #  4. decisions: DECISION_RATE new sessions/s on replica 1 (the seed) for
 #     DECISION_SECS at full size, once with nothing else going on (its refresh
-#     passes over the whole table run every 2 s) and once while the joining
+#     passes over the whole table run every 2 s: REFRESH_EVERY_2S) and once while the joining
 #     replica of step 3 syncs from it; the wait for each placement decision.
+# A refresh pass every 2 s (a sixteenth of the shorter ttl), so that step 4
+# times decisions during passes; sessions keep the default ttl.
+REFRESH_EVERY_2S="affinity: { op_ttl_secs: 32 }"
+
 cluster_bench() {
   local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss empty_heap
   for ((r = 1; r <= REPLICAS; r++)); do
     start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
-      "  seeds: [${seed}]" "  sync_wait_secs: 3"
+      "  seeds: [${seed}]" "  sync_wait_secs: 3" "$REFRESH_EVERY_2S"
     pids+=("$STARTED_PID")
     admins+=("$STARTED_ADMIN_PORT")
     cports+=("$STARTED_CLUSTER_PORT")
@@ -926,7 +930,7 @@ cluster_bench() {
   join_replica() {
     t0=$(now_s)
     start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
-      "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
+      "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30" "$REFRESH_EVERY_2S"
     joiner=$STARTED_PID
     for ((i = 0; i < 3000; i++)); do
       if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then

@@ -291,6 +291,23 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
     INFO(ok_out);
     CHECK(ok_rc == 0);
     CHECK(draining(admin, "fake-a"));
+    // Without --token-file, $SCG_ADMIN_TOKEN (set through env(1): the
+    // harness passes this process's environment on): a wrong one is refused.
+    auto with_env = [&](const std::string& token, const std::string& tag) {
+      process p{{"/usr/bin/env", "SCG_ADMIN_TOKEN=" + token, bin("scg"), "drain", "--admin", url, "--undrain",
+                 "fake-a"},
+                env.dir.file(tag + ".log")};
+      auto rc = p.wait(20s);
+      return std::pair{rc, slurp(env.dir.file(tag + ".log"))};
+    };
+    auto [bad_rc, bad_out] = with_env("not-the-token", "undrain-bad-env");
+    INFO(bad_out);
+    CHECK(bad_rc == 3);
+    CHECK(draining(admin, "fake-a"));
+    auto [env_rc, env_out] = with_env(admin_token, "undrain-env");
+    INFO(env_out);
+    CHECK(env_rc == 0);
+    CHECK_FALSE(draining(admin, "fake-a"));
   }
 
   SECTION("a new token file is read on SIGHUP: the old token stops working") {
