@@ -95,7 +95,9 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<idle_atom, std::string>,   // key
     // from the cluster actor (the sender is it)
     // names, their routers, the newest cluster protocol each announced
-    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>, std::vector<std::uint32_t>>,
+    // names, routers, protocols; the names that own keys (synced members, self included when synced)
+    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>, std::vector<std::uint32_t>,
+                   std::vector<std::string>>,
     caf::reacts_to<forget_atom, std::string>,                                         // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1

@@ -38,6 +38,7 @@ struct router_state {
   std::vector<std::string> member_names;
   std::vector<caf::actor> member_routers;
   std::vector<std::uint32_t> member_protocols;  ///< the newest cluster protocol each announced
+  std::vector<std::string> owner_names;  ///< who owns keys (owners()): synced members, self included once synced
   /// Searches for the holder of a forgotten session under way: the calls waiting on each.
   std::unordered_map<std::string, std::vector<route_callback>> searching;
   static inline const char* name = "router";
@@ -178,13 +179,22 @@ route_result adopt(self_ptr self, const std::string& key, const std::string& nam
   return {bind(self, key, *b), {}};
 }
 
+/// The replicas among which each key has its owner: those whose first sync
+/// is over (self included), as the cluster actor last said; all of them
+/// while none is (a cluster starting together).
+std::vector<std::string> owners(const router_state& st) {
+  if (!st.owner_names.empty()) return st.owner_names;
+  auto all = st.member_names;
+  all.push_back(st.settings.node_name);
+  return all;
+}
+
 /// The key's owner decides a new session; this replica decides only when it
 /// owns the key, or when the owner does not answer (the merge resolves any
 /// conflict, counted).
 void decide_via_owner(self_ptr self, const std::string& key, route_callback done) {
   auto& st = self->state;
-  std::vector<std::string> all = st.member_names;
-  all.push_back(st.settings.node_name);
+  const auto all = owners(st);
   auto owner = core::owner_of(key, all);
   auto it = std::find(st.member_names.begin(), st.member_names.end(), owner);
   if (it == st.member_names.end()) return done(decide_here(self, key));
@@ -389,8 +399,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
           if (r.backend) replicate_put(self, "s/" + key, self->state.backends[*r.backend]->name);
           for (auto& d : waiting) d(r);
         };
-        std::vector<std::string> all = st.member_names;
-        all.push_back(st.settings.node_name);
+        const auto all = owners(st);
         auto owner = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || owner == st.member_names.end()) return bind_found(st.backends[b]->name);
         auto owner_router = peer_of(st, owner);
@@ -408,12 +417,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
       [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers,
-          std::vector<std::uint32_t>& protocols) {
+          std::vector<std::uint32_t>& protocols, std::vector<std::string>& owner_names) {
         auto& st = self->state;
         st.cluster = caf::actor_cast<replication_actor>(self->current_sender());
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
         st.member_protocols = std::move(protocols);
+        st.owner_names = std::move(owner_names);
         if (st.settings.on_members) st.settings.on_members(st.member_names.size() + 1);
       },
       [=](rebind_atom, const std::string& key, const route_callback& done) {
@@ -440,8 +450,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
       [=](owner_atom, const std::string& key) -> bool {
         auto& st = self->state;
         if (!st.cluster || st.member_names.empty()) return true;
-        std::vector<std::string> all = st.member_names;
-        all.push_back(st.settings.node_name);
+        const auto all = owners(st);
         return core::owner_of(key, all) == st.settings.node_name;
       },
       [=](health_atom, const std::string& name, bool healthy) {
@@ -460,8 +469,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // The clone's first call may reach any replica the moment the client
         // has its answer: the key's owner, whom a replica without the binding
         // asks, learns it before the answer goes out.
-        std::vector<std::string> all = st.member_names;
-        all.push_back(st.settings.node_name);
+        const auto all = owners(st);
         auto it = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
         if (!st.cluster || it == st.member_names.end()) return done({backend, {}});
         auto owner_router = peer_of(st, it);

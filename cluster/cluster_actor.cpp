@@ -43,7 +43,7 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
-constexpr std::size_t sync_chunk = 1024;    // entries per repair message
+constexpr std::size_t sync_chunk = 4096;    // entries per repair or delta message, at most
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
@@ -153,10 +153,13 @@ void publish_view(self_ptr self) {
 }
 
 /// Tells the router who is up (names, their routers and the newest protocol
-/// each announced), self excluded.
+/// each announced), self excluded, and who owns keys: the members whose
+/// first sync is over, self included once synced. A replica still syncing
+/// would decide a new session with a partial table, while its mailbox holds
+/// the repair; the next owner decides instead.
 void publish_members(self_ptr self) {
   auto& st = self->state;
-  std::vector<std::string> names;
+  std::vector<std::string> names, owners;
   std::vector<caf::actor> routers;
   std::vector<std::uint32_t> protocols;
   for (const auto& [name, m] : st.members.members()) {
@@ -164,8 +167,11 @@ void publish_members(self_ptr self) {
     names.push_back(name);
     routers.push_back(m.router);
     protocols.push_back(m.version.protocol);
+    if (m.synced) owners.push_back(name);
   }
-  self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers), std::move(protocols));
+  if (st.synced) owners.push_back(st.cfg.node_name);
+  self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers), std::move(protocols),
+             std::move(owners));
   publish_view(self);
 }
 
@@ -176,7 +182,9 @@ void mark_ready(self_ptr self, const char* why) {
   log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table->size(),
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
-  publish_view(self);
+  for (const auto& [name, m] : st.members.members())
+    if (m.up && announces_synced(m.version)) self->send(m.link, synced_atom::value);
+  publish_members(self);
 }
 
 /// Whether to send our digest to `peer`, which asks it for a repair of what
@@ -217,12 +225,12 @@ struct repair_job {
 };
 
 /// Sends `peer` this replica's entries of the job's buckets: sync_chunk
-/// entries per message (about 100 KB), at most repair_window messages the
+/// entries per message (about 400 KB), at most repair_window messages the
 /// peer has not acknowledged. A bucket is copied whole when its turn comes
 /// (a million bindings make 15,600 per bucket) and sent in parts; an entry
 /// written meanwhile reaches the peer as a delta too, and the newer version
 /// wins whichever comes first. A full sync of a large table thus holds a few
-/// hundred kilobytes of messages on either side (CAF keeps a connection's
+/// megabytes of messages on either side (CAF keeps a connection's
 /// buffer at the largest size it ever had), and the routers' questions and
 /// the deltas on the same connection queue behind at most that, while the
 /// peer merges one message as the next is built and sent. `sync_reply`
@@ -473,6 +481,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       greet(self, sender);  // the other side learns us even if it did not dial
       if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(*st.table));
       const auto& v = st.members.members().at(name).version;
+      if (st.synced && announces_synced(v)) self->send(sender, synced_atom::value);
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
       publish_members(self);
@@ -598,6 +607,11 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](delta_atom, const std::vector<entry>& batch) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
         merge_batch(self, batch, true);
+        return {};
+      },
+      [=](synced_atom) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
+        if (self->state.members.on_synced(self->current_sender())) publish_members(self);
         return {};
       },
 

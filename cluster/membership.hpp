@@ -31,6 +31,9 @@ class membership {
     std::int64_t last_seen_ms = 0;  ///< wall clock
     std::int64_t lag_ms = 0;
     peer_version version;  ///< as it announced it (legacy_peer() for protocol 1)
+    /// Its first sync is over (it said so, or it never will: protocol 1),
+    /// so it may own keys; reset each time it comes up.
+    bool synced = false;
   };
 
   /// What a hello means, for the caller to act on.
@@ -103,6 +106,7 @@ class membership {
       m.address = address;
       m.up = true;
       m.version = announced.value_or(legacy_peer());
+      m.synced = !announces_synced(m.version);
       refused_.erase(name);
     }
     m.last_seen_ms = now_ms;
@@ -124,6 +128,15 @@ class membership {
       if (auto t = targets_.find(m.address); t != targets_.end()) t->second.connected = false;
     }
     return down;
+  }
+
+  /// The up member on `link` said its first sync is over; true when that
+  /// is news.
+  template <class L>
+  bool on_synced(const L& link) {
+    for (auto& [name, m] : members_)
+      if (m.link == link && m.up && !m.synced) return m.synced = true;
+    return false;
   }
 
   /// A batch from `link` arrived: its member was seen now, its lag is `lag_ms`

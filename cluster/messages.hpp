@@ -25,6 +25,7 @@ using ready_atom = caf::atom_constant<caf::atom("ready")>;        // the sync wa
 using refresh_atom = caf::atom_constant<caf::atom("refresh")>;    // the next step of the refresh pass
 using address_atom = caf::atom_constant<caf::atom("address")>;    // where peers reach us, once bound
 using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // seed addresses found
+using synced_atom = caf::atom_constant<caf::atom("synced")>;      // a peer's first sync is over: it owns keys now
 
 /// The cluster actor: what its router sends it (actors/protocol.hpp), what
 /// peers send (remote: they hold it as caf::actor, so a peer of another
@@ -44,6 +45,7 @@ using cluster_actor = actors::replication_actor::extend<
     caf::reacts_to<digest_atom, std::vector<std::uint64_t>>,
     caf::replies_to<entries_atom, std::vector<entry>, bool>::with<ack_atom>,  // entries, sync_reply (the last of a sync)
     caf::reacts_to<delta_atom, std::vector<entry>>,
+    caf::reacts_to<synced_atom>,
     // from start() and the seed resolver
     caf::reacts_to<address_atom, std::string>,
     caf::reacts_to<resolved_atom, std::vector<std::string>>,

@@ -46,4 +46,9 @@ inline std::uint32_t common_protocol(const peer_version& ours, const peer_versio
 /// anyone) never takes a replica that cannot speak with it as a member.
 inline bool sends_legacy_hello(const peer_version& ours) { return ours.min_protocol <= 1; }
 
+/// Whether a peer announcing `theirs` tells its peers when its first sync is
+/// over (the `synced` message, protocol 2): until then it owns no key. A
+/// protocol-1 peer never says so, and owns its keys from the moment it is up.
+inline bool announces_synced(const peer_version& theirs) { return theirs.protocol >= 2; }
+
 }  // namespace scg::cluster

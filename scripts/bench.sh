@@ -21,7 +21,8 @@
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
 # BENCH_DECISION_RATE and BENCH_DECISION_SECS (the new sessions/s sent to the seed
 # replica while its placement decisions are timed, during a refresh pass and
-# during the full sync; default 200/s for 10 s),
+# during the full sync; default 200/s for 10 s), BENCH_REFRESH_WINDOW_SECS (the
+# refresh phase's length at least, default 40 s: one pass at the default ttls),
 # BENCH_PATHS (default "direct scg nginx haproxy"; "direct scg before nginx haproxy"
 # with BENCH_SCG_BEFORE), BENCH_SCG_BEFORE (another scg binary: the path "before",
 # started like scg with the same YAML in front of the same fake, on its own ports,
@@ -64,6 +65,7 @@ REPL_RATE=${BENCH_REPL_RATE:-1000}
 REPL_RATE_SECS=${BENCH_REPL_RATE_SECS:-${defaults[8]}}
 DECISION_RATE=${BENCH_DECISION_RATE:-200}
 DECISION_SECS=${BENCH_DECISION_SECS:-10}
+REFRESH_WINDOW_SECS=${BENCH_REFRESH_WINDOW_SECS:-40}  # covers one refresh pass at the default ttls
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 default_paths="direct scg nginx haproxy"
@@ -806,11 +808,12 @@ delay_buckets() {
 # scg_cluster_refresh_pass_seconds buckets before and after, as a "decisions"
 # record: how long placement waited while the cluster actor was busy.
 decisions() {
-  local phase=$1 admin=$2 port=$3 load_pid d0 d1 r0 r1
+  local phase=$1 admin=$2 port=$3 secs=$DECISION_SECS load_pid d0 d1 r0 r1
   shift 3
+  [[ $phase == refresh ]] && ((secs < REFRESH_WINDOW_SECS)) && secs=$REFRESH_WINDOW_SECS
   d0=$(delay_buckets "$admin" scg_router_decision_seconds) r0=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
   timeout --kill-after=5 300 "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" \
-    --count $((DECISION_RATE * DECISION_SECS)) --rate "$DECISION_RATE" --concurrency 16 \
+    --count $((DECISION_RATE * secs)) --rate "$DECISION_RATE" --concurrency 16 \
     >"$WORK/decisions-$phase.json" 2>>"$WORK/bench-client.log" &
   load_pid=$!
   CHILDREN+=("$load_pid")
@@ -819,7 +822,7 @@ decisions() {
   forget_child "$load_pid"
   d1=$(delay_buckets "$admin" scg_router_decision_seconds) r1=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
   printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
-    "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * DECISION_SECS)) \
+    "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * secs)) \
     "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$d1" "$r0" "$r1" >>"$RAW"
   log "decisions during $phase: $(cat "$WORK/decisions-$phase.json")"
 }
@@ -861,17 +864,15 @@ wait_sessions() {
 #     had when it had just joined the empty cluster;
 #  4. decisions: DECISION_RATE new sessions/s on replica 1 (the seed) for
 #     DECISION_SECS at full size, once with nothing else going on (its refresh
-#     passes over the whole table run every 2 s: REFRESH_EVERY_2S) and once while the joining
+#     pass over the whole table starts every 37.5 s, a sixteenth of the
+#     operation ttl, so this window lasts REFRESH_WINDOW_SECS, 40 s, and the
+#     report says how many passes ran in it) and once while the joining
 #     replica of step 3 syncs from it; the wait for each placement decision.
-# A refresh pass every 2 s (a sixteenth of the shorter ttl), so that step 4
-# times decisions during passes; sessions keep the default ttl.
-REFRESH_EVERY_2S="affinity: { op_ttl_secs: 32 }"
-
 cluster_bench() {
   local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss empty_heap
   for ((r = 1; r <= REPLICAS; r++)); do
     start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
-      "  seeds: [${seed}]" "  sync_wait_secs: 3" "$REFRESH_EVERY_2S"
+      "  seeds: [${seed}]" "  sync_wait_secs: 3"
     pids+=("$STARTED_PID")
     admins+=("$STARTED_ADMIN_PORT")
     cports+=("$STARTED_CLUSTER_PORT")
@@ -930,7 +931,7 @@ cluster_bench() {
   join_replica() {
     t0=$(now_s)
     start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
-      "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30" "$REFRESH_EVERY_2S"
+      "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
     joiner=$STARTED_PID
     for ((i = 0; i < 3000; i++)); do
       if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then

@@ -200,3 +200,22 @@ TEST_CASE("a peer with no protocol in common is refused with its legacy hello, w
   CHECK(warn);
   CHECK(newer.members().empty());
 }
+
+TEST_CASE("a protocol-2 member owns keys once it says it synced, again after each time it comes up; "
+          "a protocol-1 member at once",
+          "[cluster][membership][version]") {
+  table t("a", {2, 1, "0.2.0"});
+  const scg::cluster::peer_version v2{2, 1, "0.2.0"};
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, v2, 1000) == hello::joined);
+  CHECK_FALSE(t.members().at("b").synced);
+  CHECK_FALSE(t.on_synced(link{9, 90}));  // no member on that link
+  CHECK(t.on_synced(link{2, 20}));
+  CHECK(t.members().at("b").synced);
+  CHECK_FALSE(t.on_synced(link{2, 20}));  // no news
+  REQUIRE(t.on_down(link{2, 20}).size() == 1);
+  CHECK_FALSE(t.on_synced(link{2, 20}));  // down: nothing to mark
+  CHECK(t.on_hello({2, 21}, "r", false, "b", "10.0.0.2:7400", none, v2, 2000) == hello::joined);
+  CHECK_FALSE(t.members().at("b").synced);  // it syncs again before it owns keys
+  CHECK(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, 1000) == hello::joined);  // legacy: protocol 1
+  CHECK(t.members().at("c").synced);
+}
