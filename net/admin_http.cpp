@@ -547,7 +547,8 @@ admin_http::admin_http(const std::string& addr, admin_view& view, const config::
                return reply_error(res, 404, "no backend named " + name);
              view.set_draining(name, on);
              auth::admin_caller caller;
-             if (auto t = auth::bearer_token(req.get_header_value("Authorization"))) caller = tokens.find(*t);
+             const std::string authorization = req.get_header_value("Authorization");  // the token views it
+             if (auto t = auth::bearer_token(authorization)) caller = tokens.find(*t);
              const auto by = who(caller);
              spdlog::get("admin")->info("backend_{} backend={} by={} remote={}", on ? "drain" : "undrain", name, by,
                                         req.remote_addr);

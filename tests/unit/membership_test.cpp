@@ -201,7 +201,7 @@ TEST_CASE("a peer with no protocol in common is refused with its legacy hello, w
   CHECK(newer.members().empty());
 }
 
-TEST_CASE("a protocol-2 member owns keys once it says it synced, again after each time it comes up; "
+TEST_CASE("a protocol-2 member owns keys once it says it synced, again after each time it comes up, "
           "a protocol-1 member at once",
           "[cluster][membership][version]") {
   table t("a", {2, 1, "0.2.0"});
