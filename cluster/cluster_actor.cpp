@@ -270,6 +270,23 @@ void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr
   }
 }
 
+/// `batch` in messages of sync_chunk entries at most, its entries moved: a
+/// refresh step's thousands of touches would otherwise be one message that
+/// every peer deserializes and merges before the next on the connection.
+std::vector<std::vector<entry>> in_parts(std::vector<entry> batch) {
+  std::vector<std::vector<entry>> parts;
+  if (batch.size() <= sync_chunk) {
+    parts.push_back(std::move(batch));
+    return parts;
+  }
+  for (auto it = batch.begin(); it != batch.end();) {
+    const auto end = it + std::min<std::ptrdiff_t>(sync_chunk, batch.end() - it);
+    parts.emplace_back(std::make_move_iterator(it), std::make_move_iterator(end));
+    it = end;
+  }
+  return parts;
+}
+
 /// Versions and applies a local write, and queues it for the peers.
 void write_local(self_ptr self, entry e) {
   auto& st = self->state;
@@ -628,21 +645,11 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         auto& st = self->state;
         st.flush_scheduled = false;
         if (st.outbox.empty()) return;
-        // In messages of sync_chunk entries at most: a refresh step's
-        // thousands of touches would otherwise be one message that every
-        // peer deserializes and merges before the next on the connection.
         auto batch = std::move(st.outbox);
         st.outbox.clear();
-        for (std::size_t from = 0; from < batch.size(); from += sync_chunk) {
-          const auto to = std::min(batch.size(), from + sync_chunk);
-          std::vector<entry> part;
-          if (from == 0 && to == batch.size())
-            part = std::move(batch);
-          else
-            part.assign(batch.begin() + static_cast<std::ptrdiff_t>(from), batch.begin() + static_cast<std::ptrdiff_t>(to));
+        for (const auto& part : in_parts(std::move(batch)))
           for (const auto& [name, m] : st.members.members())
             if (m.up) self->send(m.link, delta_atom::value, part);
-        }
       },
       [=](dial_atom) {
         auto& st = self->state;
