@@ -4,8 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 #include "core/audit.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "core/throttle.hpp"
 #include "net/admin_access.hpp"
 #include "net/admin_server.hpp"
 #include "net/drain_report.hpp"
@@ -489,12 +491,23 @@ httplib::Server::HandlerWithResponse gatekeeper(const config::admin_plane& plane
     if (!d.allowed()) {
       global_admin_counters().denied[static_cast<std::size_t>(d.denied)].fetch_add(1, std::memory_order_relaxed);
       const auto reason = to_string(d.denied);
-      spdlog::get("admin")->warn("admin_denied reason={} status={} method={} path=\"{}\" peer={} caller={} origin=\"{}\"",
-                                 reason, d.status, req.method, req.path.substr(0, 200), req.remote_addr, who(d.caller),
-                                 origin.substr(0, 200));
-      if (classify(req.method, req.path) == admin_route::change)
-        core::audit("admin.denied", {{"method", req.method}, {"path", req.path.substr(0, 200)}, {"reason", reason},
-                                     {"by", who(d.caller)}, {"peer", req.remote_addr}});
+      // One line (and one audit event) per reason per 10 s: a neighbour hammering
+      // the port must not flood the logs; the counter above counts every refusal.
+      // Refused changes have throttles of their own, so a flood of refused reads
+      // never hides a refused drain from the audit trail.
+      static std::array<core::log_throttle, 2 * deny_reason_count> throttles;
+      const bool change = classify(req.method, req.path) == admin_route::change;
+      const auto slot = static_cast<std::size_t>(d.denied) + (change ? deny_reason_count : 0);
+      if (const auto held = throttles[slot].pass(); held >= 0) {
+        spdlog::get("admin")->warn(
+            "admin_denied reason={} status={} method={} path=\"{}\" peer={} caller={} origin=\"{}\" held_back={}",
+            reason, d.status, req.method, req.path.substr(0, 200), req.remote_addr, who(d.caller),
+            origin.substr(0, 200), held);
+        if (change)
+          core::audit("admin.denied", {{"method", req.method}, {"path", req.path.substr(0, 200)}, {"reason", reason},
+                                       {"by", who(d.caller)}, {"peer", req.remote_addr},
+                                       {"held_back", std::to_string(held)}});
+      }
       if (d.status == 401) res.set_header("WWW-Authenticate", "Bearer realm=\"scg-admin\"");
       reply_json(res, d.status, dump({{"error", d.message}, {"reason", reason}}));
       return handled::Handled;

@@ -273,6 +273,21 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
   CHECK(log.find(admin_token) == std::string::npos);
   CHECK(log.find(read_token) == std::string::npos);
 
+  // A flood of refusals is counted in full and logged about once per 10 s.
+  auto denied_lines = [&] {
+    const auto text = slurp(env.gw.proc.log_path());
+    std::size_t n = 0;
+    for (auto at = text.find("admin_denied reason=missing_credential"); at != std::string::npos;
+         at = text.find("admin_denied reason=missing_credential", at + 1))
+      ++n;
+    return n;
+  };
+  const auto lines_before = denied_lines();
+  const auto counted_before = metric_value(admin, "scg_admin_denied_total{reason=\"missing_credential\"}");
+  for (int i = 0; i < 50; ++i) CHECK(request(admin, "GET", "/api/v1/sessions").status == 401);
+  CHECK(metric_value(admin, "scg_admin_denied_total{reason=\"missing_credential\"}") == counted_before + 50);
+  CHECK(denied_lines() <= lines_before + 1);
+
   SECTION("scg drain sends the token from --token-file, and says what is missing without one") {
     const std::string url = "http://127.0.0.1:" + std::to_string(admin);
     auto run_drain = [&](const std::vector<std::string>& extra, const std::string& tag) {

@@ -125,9 +125,10 @@ struct traffic {
   void start(int port, const std::string& name, int n_threads) {
     for (int t = 0; t < n_threads; ++t)
       threads.emplace_back([this, port, name, t] {
-        // Bounded: at most 2000 sessions or 120 s per thread.
-        const auto until = std::chrono::steady_clock::now() + 120s;
-        for (int k = 0; k < 2000 && !stop && std::chrono::steady_clock::now() < until; ++k)
+        // Bounded: at most 6000 sessions or 300 s per thread (the test's waits add
+        // up to about 150 s on a loaded machine; traffic must outlast them).
+        const auto until = std::chrono::steady_clock::now() + 300s;
+        for (int k = 0; k < 6000 && !stop && std::chrono::steady_clock::now() < until; ++k)
           one_session(port, name + "-" + std::to_string(t) + "-" + std::to_string(k));
       });
   }
@@ -137,6 +138,9 @@ struct traffic {
     for (auto& t : threads) t.join();
     threads.clear();
   }
+
+  // A failed REQUIRE unwinds through here: join, or std::terminate hides the failure.
+  ~traffic() { finish(); }
 
   int sessions_on(const std::string& backend) {
     std::lock_guard lock{mu};

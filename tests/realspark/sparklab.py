@@ -303,8 +303,10 @@ class Scg:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status
 
-    def metric(self, name: str, labels: dict | None = None) -> float:
-        """Sum of the samples of metric `name` whose labels include `labels`."""
+    def metric(self, name: str, labels: dict | None = None, exclude: dict | None = None) -> float:
+        """Sum of the samples of metric `name` whose labels include `labels` and
+        none of `exclude`, from one scrape (two scrapes would race calls that end
+        between them, such as PySpark's background ReleaseExecute)."""
         total = 0.0
         for line in self.get("/metrics").splitlines():
             if line.startswith("#") or not line.startswith(name):
@@ -314,6 +316,8 @@ class Scg:
             if metric != name:
                 continue
             if labels and not all(f'{k}="{v}"' in lab for k, v in labels.items()):
+                continue
+            if exclude and any(f'{k}="{v}"' in lab for k, v in exclude.items()):
                 continue
             total += float(value)
         return total
