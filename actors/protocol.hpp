@@ -95,9 +95,10 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<idle_atom, std::string>,   // key
     // from the cluster actor (the sender is it)
     // names, their routers, the newest cluster protocol each announced
-    // names, routers, protocols; the names that own keys (synced members, self included when synced)
+    // names, routers, protocols; the names that own keys (synced members, self included when synced);
+    // when the membership last changed (wall ms: a member up or down, this replica synced)
     caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>, std::vector<std::uint32_t>,
-                   std::vector<std::string>>,
+                   std::vector<std::string>, std::int64_t>,
     caf::reacts_to<forget_atom, std::string>,                                         // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1
@@ -144,6 +145,9 @@ struct router_settings {
   std::function<void(std::size_t)> on_members;  ///< live replicas, self included, on each change
   std::string backend_token;   ///< what searches for a session's holder present to backends
   int search_timeout_ms = 1000;  ///< health.timeout_ms: each server's answer to a search
+  /// cluster.settle_ms: for this long after the membership changed, an
+  /// operation id nobody answers for may live on a replica not heard yet.
+  std::int64_t settle_ms = 3000;
   /// In a cluster: the backend the replicated table binds a key ("s/…",
   /// "o/…") to, empty when none; called on the router's thread, it reads the
   /// table under a shared lock instead of asking the cluster actor, whose

@@ -39,6 +39,7 @@ struct router_state {
   std::vector<caf::actor> member_routers;
   std::vector<std::uint32_t> member_protocols;  ///< the newest cluster protocol each announced
   std::vector<std::string> owner_names;  ///< who owns keys (owners()): synced members, self included once synced
+  std::int64_t membership_changed_ms = 0;  ///< wall ms of the last membership change, as the cluster actor said
   /// Searches for the holder of a forgotten session under way: the calls waiting on each.
   std::unordered_map<std::string, std::vector<route_callback>> searching;
   static inline const char* name = "router";
@@ -230,21 +231,40 @@ void resolve_in_cluster(self_ptr self, const std::string& key, route_callback do
 /// The first peer protocol that answers where_op (cluster/protocol_version.hpp).
 constexpr std::uint32_t where_op_protocol = 2;
 
+/// Nobody knows operation `op_id`. While the cluster settles (a member came
+/// or went within cluster.settle_ms, or a peer did not answer), the replica
+/// that started it may be one not heard from yet: a refusal the client
+/// retries (operation_unsettled; the forwarder applies it only to a call
+/// whose session is unknown here too). Otherwise no backend and no error.
+route_result nobody_knows(const router_state& st, const std::string& op_id, bool a_peer_failed) {
+  const bool settling = wall_now_ms() < st.membership_changed_ms + st.settings.settle_ms;
+  if (!a_peer_failed && !settling) return {};
+  route_result r;
+  r.refusal = core::local_reason::operation_unsettled;
+  r.error = "operation " + op_id.substr(0, 64) + " is not known to any replica heard from while the cluster " +
+            (a_peer_failed ? "waits for a replica's answer" : "membership settles") + "; retry";
+  r.retry_after_ms = static_cast<int>(std::min<std::int64_t>(st.settings.settle_ms, 1000));
+  return r;
+}
+
 /// An operation id the data path's table missed, asked of every live peer
 /// at once: the replica that saw the operation start holds it from before
 /// its client could learn the id, whoever owns the key, while the entry's
-/// delta may still be on its way. The first name wins; `done` hears it, or
-/// no backend and no error when nobody knows the id (within ask_timeout).
+/// delta may still be on its way. The first name wins; `done` hears it, or,
+/// when nobody knows the id (within ask_timeout), nobody_knows's answer.
 void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callback& done) {
   struct search {
     route_callback done;
+    std::string op_id;
     std::size_t waiting = 0;
     bool answered = false;
+    bool a_peer_failed = false;
   };
-  auto s = std::make_shared<search>(search{done});
-  auto on_answer = [self, s](const std::string& name) {
+  auto s = std::make_shared<search>(search{done, op_id});
+  auto on_answer = [self, s](const std::string& name, bool failed) {
     if (s->answered) return;
     --s->waiting;
+    s->a_peer_failed = s->a_peer_failed || failed;
     if (auto b = name.empty() ? std::nullopt : find_backend(self->state.backends, name)) {
       s->answered = true;
       core::bump(core::global_metrics().router_operations_found_total);
@@ -252,27 +272,29 @@ void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callb
     }
     if (s->waiting == 0) {
       s->answered = true;
-      s->done({});
+      s->done(nobody_knows(self->state, s->op_id, s->a_peer_failed));
     }
   };
   auto& st = self->state;
   for (std::size_t i = 0; i < st.member_routers.size(); ++i)
     if (i < st.member_protocols.size() && st.member_protocols[i] >= where_op_protocol) ++s->waiting;
-  if (s->waiting == 0) return done({});
+  if (s->waiting == 0) return done(nobody_knows(st, op_id, false));
   for (std::size_t i = 0; i < st.member_routers.size(); ++i) {
     if (i >= st.member_protocols.size() || st.member_protocols[i] < where_op_protocol) continue;
     self->request(caf::actor_cast<peer_router_actor>(st.member_routers[i]), ask_timeout, where_op_atom::value, op_id)
-        .then([=](const std::string& name) { on_answer(name); }, [=](const caf::error&) { on_answer({}); });
+        .then([=](const std::string& name) { on_answer(name, false); },
+              [=](const caf::error&) { on_answer({}, true); });
   }
 }
 
 /// Resolves an operation id the data path's table missed before anything is
 /// placed: the replicated table, then the peers (ask_peers_for_op). No
-/// backend and no error: nobody knows it, the call routes by its session.
+/// backend and no error: nobody knows it, the call routes by its session;
+/// a refusal: nobody knows it while the cluster settles (nobody_knows).
 void find_op(self_ptr self, const std::string& op_id, const route_callback& done) {
   auto& st = self->state;
   if (auto op = st.table->find_op(op_id, now_ms())) return done({op->backend, {}});
-  if (!st.cluster || st.member_names.empty()) return done({});
+  if (!st.cluster) return done({});
   const auto name = replicated(st, "o/" + op_id);
   if (auto b = name.empty() ? std::nullopt : find_backend(st.backends, name)) {
     core::bump(core::global_metrics().router_operations_found_total);
@@ -417,8 +439,9 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
       [=](members_atom, std::vector<std::string>& names, std::vector<caf::actor>& routers,
-          std::vector<std::uint32_t>& protocols, std::vector<std::string>& owner_names) {
+          std::vector<std::uint32_t>& protocols, std::vector<std::string>& owner_names, std::int64_t changed_ms) {
         auto& st = self->state;
+        st.membership_changed_ms = changed_ms;
         st.cluster = caf::actor_cast<replication_actor>(self->current_sender());
         st.member_names = std::move(names);
         st.member_routers = std::move(routers);
@@ -628,6 +651,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_p
   for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
   s.backend_token = impl_->probe_token;
   s.search_timeout_ms = cfg.health.timeout_ms;
+  if (cfg.cluster) s.settle_ms = cfg.cluster->settle_ms;
   impl_->actor.handle = spawn_router(sys, s, table, backends);
   for (std::size_t i = 0; i < backends.size(); ++i) impl_->start_backend(static_cast<backend_index>(i));
 }

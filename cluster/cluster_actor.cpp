@@ -74,6 +74,9 @@ struct cluster_state {
   bool synced = false;
   std::int64_t started_ms = actors::now_ms();  // steady clock, for the time to readiness
   std::uint64_t conflicts = 0;
+  /// Wall ms of the last membership change (a member up or down, this replica
+  /// synced), the router's settle window (cluster.settle_ms) counts from it.
+  std::int64_t membership_changed_ms = actors::wall_now_ms();
 
   members_table members{""};  // the node name is set at start
   std::set<caf::actor_addr> repairing;         // peers a repair is being sent to
@@ -171,7 +174,7 @@ void publish_members(self_ptr self) {
   }
   if (st.synced) owners.push_back(st.cfg.node_name);
   self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers), std::move(protocols),
-             std::move(owners));
+             std::move(owners), st.membership_changed_ms);
   publish_view(self);
 }
 
@@ -179,6 +182,7 @@ void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
   st.synced = true;
+  st.membership_changed_ms = actors::wall_now_ms();
   log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table->size(),
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
@@ -501,6 +505,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       if (st.synced && announces_synced(v)) self->send(sender, synced_atom::value);
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
+      st.membership_changed_ms = actors::wall_now_ms();
       publish_members(self);
       break;
     }
@@ -560,9 +565,11 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
   });
   self->set_down_handler([=](const caf::down_msg& msg) {
     auto& members = self->state.members;
-    for (const auto& name : members.on_down(msg.source))
+    for (const auto& name : members.on_down(msg.source)) {
       log().warn("member_down node={} address={} reason=\"{}\"", name, members.members().at(name).address,
                  self->system().render(msg.reason));
+      self->state.membership_changed_ms = actors::wall_now_ms();
+    }
     publish_members(self);
   });
 

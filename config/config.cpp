@@ -124,7 +124,7 @@ bulkhead parse_bulkhead(const YAML::Node& n, const std::string& path) {
 cluster parse_cluster(const YAML::Node& n) {
   check_keys(n, "cluster",
              {"node_name", "bind_addr", "seeds", "identity", "heartbeat_interval_ms",
-              "connection_timeout_ms", "sync_wait_secs", "forget_after_secs", "tls"});
+              "connection_timeout_ms", "sync_wait_secs", "forget_after_secs", "settle_ms", "tls"});
   cluster c;
   if (!n["node_name"]) reject("cluster.node_name", "required");
   c.node_name = non_empty(n["node_name"], "cluster.node_name");
@@ -140,6 +140,7 @@ cluster parse_cluster(const YAML::Node& n) {
   read_int(n, "cluster", "connection_timeout_ms", c.connection_timeout_ms, 50);
   read_int(n, "cluster", "sync_wait_secs", c.sync_wait_secs, 0);
   read_int(n, "cluster", "forget_after_secs", c.forget_after_secs, 0);
+  read_int(n, "cluster", "settle_ms", c.settle_ms, 0);
   if (const YAML::Node& t = n["tls"]; present(t)) {
     if (!t.IsMap()) reject("cluster.tls", "expected a map, got " + describe(t));
     check_keys(t, "cluster.tls", {"cert_file", "key_file", "ca_file"});

@@ -161,6 +161,10 @@ struct cluster {
   int connection_timeout_ms = 1000;       ///< a peer silent this long is down
   int sync_wait_secs = 5;  ///< not ready before a full sync, or this long with no peer reachable
   int forget_after_secs = 600;  ///< a member down this long is dropped (0: never); seeds are still dialed
+  /// After a member came or went (or this replica synced), an operation id
+  /// nobody answers for is refused UNAVAILABLE for this long rather than
+  /// routed by a session unknown here (it may live on a replica not heard yet).
+  int settle_ms = 3000;
   std::optional<cluster_tls> tls;  ///< absent: plain TCP (keep the port on a private network)
 };
 

@@ -85,7 +85,10 @@ enum class reply_level : std::uint8_t { debug, info, warn };
   X(buffer_shed, resource_exhausted, debug, false, buffer_shed_total,                                               \
     "the call held the most of a worker past its share of limits.buffer_mib")                                      \
   X(shutting_down, unavailable, info, false, forward_shutting_down_total,                                          \
-    "the replica is shutting down (new sessions refused, calls cut at shutdown.deadline_secs)")
+    "the replica is shutting down (new sessions refused, calls cut at shutdown.deadline_secs)")                    \
+  X(operation_unsettled, unavailable, info, false, router_operations_unsettled_total,                               \
+    "an operation id no replica answered for, under a session unknown here, while the cluster settles "            \
+    "(cluster.settle_ms after a member came or went, or a peer did not answer): it may live on a replica not heard yet")
 
 enum class local_reason : std::uint8_t {
 #define SCG_REASON_ENUM(name, code, level, retry, counter, what) name,

@@ -25,6 +25,7 @@ namespace scg::core {
   X(router_sessions_released_total, "Session bindings forgotten after ReleaseSession")        \
   X(router_operations_learned_total, "Operation ids added to the operation index")            \
   X(router_operations_found_total, "Operation ids the data path missed, found in the replicated table or at a peer") \
+  X(router_operations_unsettled_total, "Calls for an operation id nobody answered for, refused while the cluster settled") \
   X(router_operations_released_total, "Operation ids removed by ReleaseExecute(release_all)") \
   X(router_operations_expired_total, "Operation ids expired after op_ttl_secs unseen")        \
   X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")   \

@@ -605,9 +605,14 @@ class forward_call final : public h2::server_stream,
 
   /// The backend from the tables, else the router's (`op_asked`: the cluster
   /// was asked for the call's operation id and knew nothing).
-  void route_by_tables(bool op_asked) {
+  /// `unsettled`: the router's refusal for an operation id nobody knew while
+  /// the cluster settles; it ends the call only if its session is unknown here
+  /// too (placing it would pick a backend the operation is likely not on).
+  void route_by_tables(bool op_asked, const actors::route_result* unsettled = nullptr) {
     table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
     const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table, op_asked);
+    const bool new_here = d.action == route_action::resolve || d.action == route_action::resolve_held;
+    if (unsettled && new_here) return finish_local(unsettled->refusal, unsettled->error);
     switch (d.action) {
       case route_action::use: return start_upstream(d.backend);
       case route_action::any: return start_upstream(any_backend());
@@ -637,7 +642,8 @@ class forward_call final : public h2::server_stream,
   }
 
   /// The router's answer for an operation id this replica missed, on this
-  /// call's worker: its backend (unless lost), else routing by session.
+  /// call's worker: its backend (unless lost), else routing by session (or
+  /// the router's refusal while the cluster settles, for an unknown session).
   std::function<void(actors::route_result)> op_answer_on_worker() {
     return [self = shared_from_this()](actors::route_result r) {
       self->w_.post([self, r = std::move(r)] {
@@ -646,7 +652,8 @@ class forward_call final : public h2::server_stream,
         if (r.backend && *r.backend < self->fx_.backends.size() &&
             !actors::lost(*self->fx_.backends[*r.backend], now, self->fx_.lost_after_ms))
           return self->start_upstream(*r.backend);
-        self->route_by_tables(true);
+        const bool unsettled = !r.backend && r.refusal == reason::operation_unsettled;
+        self->route_by_tables(true, unsettled ? &r : nullptr);
       });
     };
   }

@@ -625,3 +625,57 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
   CHECK(ended < 4500);
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_executions_killed_total") == 1);
 }
+
+TEST_CASE("an operation id nobody knows under an unknown session is refused while the cluster settles, then routed",
+          "[integration][cluster]") {
+  cluster_env env(2);
+  auto& r0 = *env.replicas[0];
+  auto stub = stub_to(r0.grpc_port);
+  // One call of a reattach: its status and the backend that answered.
+  auto reattach_once = [&](const std::string& session, const std::string& op) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    auto reader = stub->ReattachExecute(&ctx, reattach(session, "ursula", op, ""));
+    sc::ExecutePlanResponse r;
+    while (reader->Read(&r)) {
+    }
+    auto s = reader->Finish();
+    return std::pair{s, header(ctx, "x-fake-backend")};
+  };
+  const std::string known_session = "settle-known";
+  const auto known_backend = config_backend(r0.grpc_port, known_session);
+  REQUIRE(!known_backend.empty());
+
+  // Replica 1 dies: replica 0 sees the member go, and for cluster.settle_ms
+  // (3 s) an operation nobody answers for may have been one of replica 1's.
+  env.replicas[1]->proc.signal(SIGKILL);
+  REQUIRE(env.replicas[1]->proc.wait(5s));
+  REQUIRE(eventually([&] {
+    auto view = nlohmann::json::parse(http_get(r0.admin_port, "/api/v1/cluster").second, nullptr, false);
+    if (view.is_discarded()) return false;
+    for (const auto& m : view["members"])
+      if (m["status"] == "up") return false;
+    return true;
+  }, 5s));
+  auto [refused, refused_on] = reattach_once("settle-new-1", "op-nobody-knows");
+  INFO(refused.error_message());
+  CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(refused.error_message().find("op-nobody-knows") != std::string::npos);
+  CHECK(refused.error_message().find("settles") != std::string::npos);
+  CHECK(refused_on.empty());  // no backend saw it
+  CHECK(metric_value(r0.admin_port, "scg_router_operations_unsettled_total") >= 1);
+  CHECK(metric_value(r0.admin_port, "scg_local_replies_total{reason=\"operation_unsettled\"}") >= 1);
+
+  // Under a session this replica knows, the call goes to that session's backend meanwhile.
+  auto [by_session, by_session_on] = reattach_once(known_session, "op-nobody-knows");
+  CHECK(by_session_on == known_backend);
+  CHECK(by_session.error_message().find("OPERATION_NOT_FOUND") != std::string::npos);
+
+  // Once settled, an unknown operation under an unknown session is routed by
+  // its session: a backend answers (the session is new there).
+  int attempt = 0;
+  CHECK(eventually([&] {
+    auto [s, on] = reattach_once("settle-new-" + std::to_string(++attempt), "op-nobody-knows");
+    return !on.empty() && s.error_code() != grpc::StatusCode::UNAVAILABLE;
+  }, 8s));
+}

@@ -17,6 +17,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int code_cancelled = 1, code_deadline = 4, code_internal = 13, code_unavailable = 14;
+/// In the message of scg's operation_unsettled refusal (actors/router_actor.cpp, nobody_knows).
+constexpr const char* unsettled_text = "is not known to any replica heard from";
 constexpr std::size_t max_examples = 20;
 
 bool is_membership(const std::string& kind) {
@@ -66,24 +68,37 @@ struct checker {
   /// until `until`: a partition between them, or one of them frozen,
   /// restarted or just joined (its links are down until it has reconnected,
   /// as in a partition), not yet healed and settled.
-  bool cut_off(const std::string& a, const std::string& b, std::int64_t t0, std::int64_t t1,
-               std::int64_t until) const {
+  /// Returns why ("died", or the fault's kind), empty when `a` could have heard.
+  std::string cut_off(const std::string& a, const std::string& b, std::int64_t t0, std::int64_t t1,
+                      std::int64_t until) const {
     for (const auto& f : h.faults) {
       if (f.start_ms > t1 + w.before_ms) continue;  // the write had replicated
       const bool hit_a = has(f.targets, a), hit_b = has(f.targets, b);
       const bool dies = f.kind == "kill" || f.kind == "restart" || f.kind == "leave";
-      if (dies && hit_b && f.start_ms >= t0 - w.before_ms) return true;  // its delta died with it
+      if (dies && hit_b && f.start_ms >= t0 - w.before_ms) return "died";  // its delta died with it
       if (until > f.end_ms + w.settle_ms || f.end_ms + w.settle_ms < t0) continue;  // healed and settled
-      if ((f.kind == "partition" || f.kind == "split") && hit_a != hit_b) return true;
-      if ((stops_replica(f.kind) || f.kind == "join") && (hit_a || hit_b)) return true;
+      if ((f.kind == "partition" || f.kind == "split") && hit_a != hit_b) return f.kind;
+      if ((stops_replica(f.kind) || f.kind == "join") && (hit_a || hit_b)) return f.kind;
     }
-    return false;
+    return {};
   }
 
   /// Backend `name` was killed between t0 and t1 (its state is gone).
   bool backend_restarted(const std::string& name, std::int64_t t0, std::int64_t t1) const {
     for (const auto& f : h.faults)
       if (f.kind == "backend_kill" && has(f.targets, name) && f.start_ms >= t0 && f.start_ms <= t1) return true;
+    return false;
+  }
+
+  /// scg's operation_unsettled refusal (UNAVAILABLE: an operation id no
+  /// replica answered for, under an unknown session, while the cluster
+  /// settles) near the run's start or a fault that changed the membership.
+  bool unsettled_explains(const call& c) const {
+    if (c.code != code_unavailable || c.message.find(unsettled_text) == std::string::npos) return false;
+    if (c.start_ms <= w.unsettled_ms) return true;
+    for (const auto& f : h.faults)
+      if (f.kind != "backend_kill" && overlaps(c.start_ms, c.end_ms, f.start_ms - w.before_ms, f.end_ms + w.unsettled_ms))
+        return true;
     return false;
   }
 
@@ -187,8 +202,10 @@ struct checker {
         if (c->backend.empty() || c->backend == exec->backend) continue;
         // Another backend: allowed only where the replica it reached could
         // not learn of the operation from the one that started it.
-        if (cut_off(c->replica, exec->replica, exec->start_ms, exec->end_ms, c->start_ms)) {
+        if (const auto why = cut_off(c->replica, exec->replica, exec->start_ms, exec->end_ms, c->start_ms);
+            !why.empty()) {
           ++r.allowed_op_misroutes;
+          ++r.allowed_op_misroutes_by[why];
           tolerated.insert(id);
         } else {
           ++r.op_misroutes;
@@ -209,7 +226,7 @@ struct checker {
       if (c.probe && c.code == code_internal && cls == "INVALID_HANDLE.SESSION_NOT_FOUND" && !c.backend.empty())
         continue;  // a backend's answer to a probe (check_ops judges where it went)
       ++r.failures_by_status[std::to_string(c.code) + (cls.empty() ? "" : " " + cls)];
-      bool allowed = fault_explains(c);
+      bool allowed = fault_explains(c) || unsettled_explains(c);
       if (!allowed && c.code == code_internal && forgotten_handle(cls) && !c.backend.empty()) {
         // The backend lost the handle in a restart since it was made.
         std::int64_t made = c.start_ms;
@@ -374,6 +391,7 @@ void print_report(const report& r, std::ostream& out) {
       << "\nconvergence_p99_ms=" << r.convergence_percentile(99)
       << "\nconvergence_max_ms=" << r.convergence_percentile(100) << "\nviolations=" << r.violations() << "\n";
   for (const auto& [status, n] : r.failures_by_status) out << "failed{" << status << "}=" << n << "\n";
+  for (const auto& [why, n] : r.allowed_op_misroutes_by) out << "allowed_op_misroutes{" << why << "}=" << n << "\n";
   for (const auto& e : r.examples) out << "violation: " << e << "\n";
 }
 

@@ -67,6 +67,10 @@ bool read_history(std::istream& in, history& h, std::string* error);
 struct windows {
   std::int64_t before_ms = 100;   ///< a delta is flushed 5 ms after its write
   std::int64_t settle_ms = 3000;  ///< a peer is seen down within ~1.25 s, up again within ~1 s
+  /// scg refuses an operation id nobody knows (operation_unsettled) for
+  /// cluster.settle_ms (3 s) after a replica sees a member come or go, which
+  /// it sees up to ~1.25 s after the fault; and after the run's start.
+  std::int64_t unsettled_ms = 5000;
   std::int64_t converge_limit_ms = 5000;  ///< a heal must converge within this
 };
 
@@ -88,6 +92,9 @@ struct report {
   std::size_t allowed_disagreements = 0;
   std::size_t allowed_failures = 0;         ///< failed with a documented status under a fault
   std::map<std::string, std::size_t> failures_by_status;  ///< "CODE class" -> count, every failed call
+  /// allowed_op_misroutes by why: "died" (the starting replica died before the
+  /// delta went out), or the fault that kept the replicas apart
+  std::map<std::string, std::size_t> allowed_op_misroutes_by;
   std::vector<std::int64_t> convergence_ms;               ///< each converged heal
   std::vector<std::string> examples;                      ///< the first few violations, described
   std::size_t violations() const {

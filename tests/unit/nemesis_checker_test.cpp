@@ -207,6 +207,26 @@ TEST_CASE("a failure is allowed only with a documented status under a fault that
   CHECK(r.allowed_failures == 2);
 }
 
+TEST_CASE("an unknown operation refused while the cluster settles is allowed only near a membership fault",
+          "[nemesis]") {
+  const std::string refusal = "operation op9 is not known to any replica heard from while the cluster membership "
+                              "settles; retry";
+  auto h = clean();
+  h.calls.push_back(make(20000, "scg-1", "reattach", "p-9", "", 14, "op9", refusal));
+  h.calls.push_back(make(1000, "scg-1", "reattach", "p-8", "", 14, "op8", refusal));  // the run's first seconds
+  auto r = check(h);
+  CHECK(r.unexpected_failures == 1);  // at 20 s no fault explains it
+  h.faults.push_back({"backend_kill", 19000, 19500, {"fake-a"}});
+  CHECK(check(h).unexpected_failures == 1);  // a backend's fault changes no membership
+  h.faults.push_back({"freeze", 14000, 16000, {"scg-0"}});  // thawed 4 s before: still settling
+  r = check(h);
+  CHECK(r.unexpected_failures == 0);
+  CHECK(r.allowed_failures == 2);
+  // Another UNAVAILABLE on a replica no fault touched is still a violation.
+  h.calls.push_back(make(20100, "scg-1", "config", "s1", "", 14, "", "failed to connect"));
+  CHECK(check(h).unexpected_failures == 1);
+}
+
 TEST_CASE("a heal after which the replicas do not agree in time fails the run", "[nemesis]") {
   auto h = clean();
   h.heals.push_back({9000, -1});
