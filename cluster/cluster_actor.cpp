@@ -33,6 +33,7 @@
 #include "cluster/membership.hpp"
 #include "cluster/messages.hpp"
 #include "cluster/protocol_version.hpp"
+#include "cluster/reach_probe.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
 
@@ -49,8 +50,8 @@ constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
-constexpr auto dial_interval = 500ms;
-constexpr std::uint64_t resolve_every = 10;  // dial rounds between DNS look-ups of the seeds
+constexpr auto dial_interval = 250ms;         // also how long a reachability probe may stay pending
+constexpr std::uint64_t resolve_every = 20;  // dial rounds between DNS look-ups of the seeds (5 s)
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 
 }  // namespace
@@ -83,6 +84,8 @@ struct cluster_state {
   std::vector<entry> outbox;
   bool flush_scheduled = false;
   std::uint64_t dial_rounds = 0;
+  /// Reachability probes under way (reach_probe.hpp), by address, with the dial round that started each.
+  std::map<std::string, std::pair<reach_probe, std::uint64_t>> probes;
   bool resolving = false;  // a look-up of the seed names is under way
   // The refresh pass under way (refresh_step), if any, and its work so far.
   caf::actor_addr sync_source;  // until synced: the one peer asked for a full repair
@@ -517,14 +520,12 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
 /// messages wait in the mailbox.
 bool listening(self_ptr self) { return !self->state.self_address.empty(); }
 
-/// Dials every address due (membership decides which).
-void dial_due(self_ptr self) {
+/// Connects to `address` through CAF's middleman and greets what answers.
+void connect_to(self_ptr self, const std::string& address, const core::host_port& target) {
   // With TLS configured, the OpenSSL manager's middleman dials (mutual TLS).
   auto mm = self->state.cfg.tls ? self->system().openssl_manager().actor_handle()
                                 : self->system().middleman().actor_handle();
-  for (const auto& address : self->state.members.dial_now(actors::wall_now_ms())) {
-    const auto target = core::parse_host_port(address);  // dial_now checked it
-    self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, target->host, target->port)
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, target.host, target.port)
         .then(
             [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
               auto peer = caf::actor_cast<cluster_actor>(ptr);
@@ -536,6 +537,43 @@ void dial_due(self_ptr self) {
               self->state.members.dial_failed(address, actors::wall_now_ms());
               log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
             });
+}
+
+/// Dials every address due (membership decides which) once a reachability
+/// probe found its port open; a name (not an IP literal) is dialed at once.
+/// A probe still pending a round later lost its SYN (a partition, a frozen
+/// host): a new one goes out instead of waiting for the kernel's retransmission.
+void dial_due(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& address : st.members.dial_now(actors::wall_now_ms())) {
+    const auto target = core::parse_host_port(address);  // dial_now checked it
+    auto it = st.probes.find(address);
+    if (it != st.probes.end() && it->second.first.poll() == reach_probe::state::pending &&
+        it->second.second < st.dial_rounds) {
+      st.probes.erase(it);
+      it = st.probes.end();
+    }
+    if (it == st.probes.end()) {
+      auto probe = reach_probe::start(target->host, target->port);
+      if (!probe) {
+        connect_to(self, address, *target);
+        continue;
+      }
+      it = st.probes.emplace(address, std::pair{std::move(*probe), st.dial_rounds}).first;
+    }
+    switch (it->second.first.poll()) {
+      case reach_probe::state::open:
+        st.probes.erase(it);
+        connect_to(self, address, *target);
+        break;
+      case reach_probe::state::refused:
+        st.probes.erase(it);
+        st.members.dial_failed(address, actors::wall_now_ms());
+        break;
+      case reach_probe::state::pending:
+        st.members.dial_dropped(address);  // looked at again next round
+        break;
+    }
   }
 }
 

@@ -227,7 +227,7 @@ class membership {
   const peer_version& self() const { return self_; }
 
   static constexpr std::int64_t first_backoff_ms = 250;
-  static constexpr std::int64_t max_backoff_ms = 2000;
+  static constexpr std::int64_t max_backoff_ms = 1000;  // a refusal costs a reachability probe only
   /// How long a refused peer's address waits before it is dialed again.
   static constexpr std::int64_t refused_redial_ms = 30000;
 
