@@ -243,7 +243,6 @@ route_result nobody_knows(const router_state& st, const std::string& op_id, bool
   r.refusal = core::local_reason::operation_unsettled;
   r.error = "operation " + op_id.substr(0, 64) + " is not known to any replica heard from while the cluster " +
             (a_peer_failed ? "waits for a replica's answer" : "membership settles") + "; retry";
-  r.retry_after_ms = static_cast<int>(std::min<std::int64_t>(st.settings.settle_ms, 1000));
   return r;
 }
 
