@@ -1,6 +1,6 @@
 #pragma once
 // A TCP reachability check that never blocks: start() sends a SYN (a
-// non-blocking connect), state() later says whether the handshake completed.
+// non-blocking connect), poll() later says whether the handshake completed.
 // The cluster dials a peer through CAF's middleman only once a probe found
 // its port open: a connect begun during a partition waits for the kernel's
 // SYN retransmissions (1 s, then 3 s, ...) after the heal, while a probe that

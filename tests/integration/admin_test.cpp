@@ -275,12 +275,7 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
 
   // A flood of refusals is counted in full and logged about once per 10 s.
   auto denied_lines = [&] {
-    const auto text = slurp(env.gw.proc.log_path());
-    std::size_t n = 0;
-    for (auto at = text.find("admin_denied reason=missing_credential"); at != std::string::npos;
-         at = text.find("admin_denied reason=missing_credential", at + 1))
-      ++n;
-    return n;
+    return occurrences(slurp(env.gw.proc.log_path()), "admin_denied reason=missing_credential");
   };
   const auto lines_before = denied_lines();
   const auto counted_before = metric_value(admin, "scg_admin_denied_total{reason=\"missing_credential\"}");

@@ -37,12 +37,6 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 nlohmann::json backend_view(int admin_port, const std::string& name) {
   auto [code, body] = http_get(admin_port, "/api/v1/backends/" + name);
   return code == 200 ? nlohmann::json::parse(body) : nlohmann::json();

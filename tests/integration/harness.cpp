@@ -307,6 +307,12 @@ std::string header(const grpc::ClientContext& ctx, const std::string& key, bool 
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 long metric_value(int admin_port, const std::string& series, const std::string& host) {
   auto body = http_get_at(host, admin_port, "/metrics").second;
   auto pos = body.find("\n" + series + " ");

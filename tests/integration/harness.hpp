@@ -159,6 +159,9 @@ std::string header(const grpc::ClientContext& ctx, const std::string& key, bool 
 /// admin endpoint at host:port; -1 when absent.
 long metric_value(int admin_port, const std::string& series, const std::string& host = "127.0.0.1");
 
+/// How often `what` occurs in `text` (log lines of one event, say).
+std::size_t occurrences(const std::string& text, const std::string& what);
+
 /// One Config for (`user`, `session`) through the gateway at host:port: the
 /// backend that answered (x-fake-backend), empty when the call failed.
 std::string backend_for_session(int port, const std::string& session, const std::string& user,
