@@ -5,8 +5,9 @@
 //     addresses it knows, so the replicas form a full mesh; refuses a peer
 //     that speaks no protocol version it speaks;
 //   - versions local writes (hybrid logical clock + node name), pushes them
-//     in micro-batches, merges what peers send (newest version wins) and
-//     repairs what was lost by digest anti-entropy on (re)connect and
+//     in micro-batches, merges what peers send (newest version wins), hands
+//     a member back up after a partition the writes it missed (write_log.hpp)
+//     and repairs what was lost by digest anti-entropy on (re)connect and
 //     periodically;
 //   - mirrors the replicated table into the data path's session table;
 //   - tells the router which members are up, so it can ask a key's owner.
@@ -34,6 +35,7 @@
 #include "cluster/messages.hpp"
 #include "cluster/protocol_version.hpp"
 #include "cluster/reach_probe.hpp"
+#include "cluster/write_log.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
 
@@ -53,6 +55,14 @@ constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr auto dial_interval = 250ms;         // also how long a reachability probe may stay pending
 constexpr std::uint64_t resolve_every = 20;  // dial rounds between DNS look-ups of the seeds (5 s)
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
+// Hinted handoff: the last keys written here (about 10 MB), which reach back
+// a few minutes at thousands of writes a second; writes from this long
+// before a member was last heard are handed to it too (lost on the way).
+constexpr std::size_t write_log_capacity = 128 * 1024;
+constexpr std::int64_t handoff_margin_ms = 1000;
+// After a handoff, the digest waits this long: both sides then hold what the
+// other handed over, and the digests differ only where neither knew.
+constexpr std::int64_t digest_hold_ms = 1000;
 
 }  // namespace
 
@@ -82,6 +92,11 @@ struct cluster_state {
   members_table members{""};  // the node name is set at start
   std::set<caf::actor_addr> repairing;         // peers a repair is being sent to
   std::vector<entry> outbox;
+  write_log written{write_log_capacity};  // keys written here lately, for handoffs
+  /// Members seen down: from when (wall ms) writes sent to them may have been lost.
+  std::map<std::string, std::int64_t> missed_since;
+  /// Members just handed off to: no digest to them before this (wall ms).
+  std::map<std::string, std::int64_t> digest_held_until;
   bool flush_scheduled = false;
   std::uint64_t dial_rounds = 0;
   /// Reachability probes under way (reach_probe.hpp), by address, with the dial round that started each.
@@ -218,14 +233,23 @@ bucket_digest to_digest(const std::vector<std::uint64_t>& v) {
   return d;
 }
 
-/// A repair under way to one peer: the buckets it sends, the next one to
-/// copy, what is left of the bucket copied last, and the messages the peer
-/// has not acknowledged yet.
+/// Our digest for member `m`: by sub-bucket when both speak protocol 3.
+void send_digest(self_ptr self, const members_table::member& m) {
+  const auto& t = *self->state.table;
+  if (exchanges_fine_digest(common_protocol(self->state.members.self(), m.version)))
+    self->send(m.link, digestf_atom::value, std::vector<std::uint64_t>(t.fine().begin(), t.fine().end()));
+  else
+    self->send(m.link, digest_atom::value, digest_of(t));
+}
+
+/// A repair under way to one peer: the (parts of) buckets it sends, the next
+/// one to copy, what is left of the one copied last (or of a handoff's
+/// entries), and the messages the peer has not acknowledged yet.
 struct repair_job {
-  std::vector<std::size_t> buckets;
+  std::vector<bucket_part> parts;
   bool sync_reply = false;  // the peer may report ready after the last message
   std::size_t next = 0;
-  std::vector<entry> copied;  // of buckets[next - 1], not sent yet
+  std::vector<entry> copied;  // of parts[next - 1], not sent yet
   int in_flight = 0;
   bool sent_last = false;
   bool failed = false;
@@ -249,8 +273,9 @@ void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr
     part.reserve(sync_chunk);
     while (part.size() < sync_chunk) {
       if (job->copied.empty()) {
-        if (job->next == job->buckets.size()) break;
-        job->copied = self->state.table->bucket_entries(job->buckets[job->next++]);
+        if (job->next == job->parts.size()) break;
+        const auto& p = job->parts[job->next++];
+        job->copied = self->state.table->bucket_entries(p.bucket, p.subs);
         continue;
       }
       const auto take = std::min(sync_chunk - part.size(), job->copied.size());
@@ -259,8 +284,9 @@ void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr
       job->copied.erase(from, job->copied.end());
     }
     if (job->copied.empty()) job->copied.shrink_to_fit();
-    job->sent_last = job->copied.empty() && job->next == job->buckets.size();
+    job->sent_last = job->copied.empty() && job->next == job->parts.size();
     ++job->in_flight;
+    core::bump(core::global_metrics().cluster_repair_entries_sent_total, part.size());
     self->request(peer, repair_timeout, entries_atom::value, std::move(part), job->sync_reply && job->sent_last)
         .then(
             [=](ack_atom) {
@@ -275,6 +301,23 @@ void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr
               done();
             });
   }
+}
+
+/// Answers the digest the current message carries: sends its sender what
+/// differs (`parts`). Replicas send each other their digests (on connecting
+/// and every round), so each pushes what differs and each side is repaired.
+void repair(self_ptr self, std::vector<bucket_part> parts) {
+  auto& st = self->state;
+  auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
+  if (!sender || st.repairing.count(sender.address())) return;  // one repair per peer at a time
+  // Until synced, this table is a partial copy of its sync source's:
+  // nothing in it is news to the others.
+  if (!st.synced && sender.address() != st.sync_source) return;
+  st.repairing.insert(sender.address());
+  auto job = std::make_shared<repair_job>();
+  job->parts = std::move(parts);
+  job->sync_reply = true;
+  send_repair(self, sender, job);
 }
 
 /// `batch` in messages of sync_chunk entries at most, its entries moved: a
@@ -297,10 +340,12 @@ std::vector<std::vector<entry>> in_parts(std::vector<entry> batch) {
 /// Versions and applies a local write, and queues it for the peers.
 void write_local(self_ptr self, entry e) {
   auto& st = self->state;
+  const auto now = st.clock.now();  // never behind the wall clock: write_log's order
   const entry& in_force =
-      e.deleted ? st.table->erase(e.key, {st.clock.now(), st.cfg.node_name}, tombstone_ttl_ms,
+      e.deleted ? st.table->erase(e.key, {now, st.cfg.node_name}, tombstone_ttl_ms,
                                   static_cast<std::uint64_t>(actors::wall_now_ms()))
-                : st.table->put(e.key, e.backend, e.session, {st.clock.now(), st.cfg.node_name}, e.started_ms);
+                : st.table->put(e.key, e.backend, e.session, {now, st.cfg.node_name}, e.started_ms);
+  st.written.add(e.key, static_cast<std::int64_t>(now.wall_ms));
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
     st.flush_scheduled = true;
@@ -423,6 +468,38 @@ void forget_departed(self_ptr self) {
   if (!gone.empty()) publish_members(self);
 }
 
+/// Hinted handoff to member `name`, back up on `peer` after being seen down:
+/// the entries in force of every key written here since writes to it may
+/// have been lost, sent as a repair (acknowledged, in order). Only to the
+/// same process (`restarted` false: a partition or a freeze ended); a new
+/// one syncs by digest from one peer. Whether it was sent; when not, the
+/// caller falls back to the digest.
+bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name, bool restarted) {
+  auto& st = self->state;
+  auto since = st.missed_since.find(name);
+  if (since == st.missed_since.end()) return false;  // never seen down: a newcomer, synced by digest
+  const auto from_ms = since->second;
+  st.missed_since.erase(since);
+  if (restarted || !st.synced || st.repairing.count(peer.address())) return false;
+  auto keys = st.written.since(from_ms);
+  if (!keys) {
+    core::bump(core::global_metrics().cluster_handoff_fallbacks_total);
+    log().info("handoff_fallback node={} reason=\"the write log does not reach back to {} ms before now; "
+               "repaired by digest\"", name, actors::wall_now_ms() - from_ms);
+    return false;
+  }
+  auto job = std::make_shared<repair_job>();
+  job->copied.reserve(keys->size());
+  for (const auto& key : *keys)
+    if (auto e = st.table->find(key)) job->copied.push_back(std::move(*e));
+  core::bump(core::global_metrics().cluster_handoffs_total);
+  log().info("handoff node={} entries={} since_ms={}", name, job->copied.size(), actors::wall_now_ms() - from_ms);
+  st.repairing.insert(peer.address());
+  send_repair(self, peer, job);
+  st.digest_held_until[name] = actors::wall_now_ms() + digest_hold_ms;
+  return true;
+}
+
 /// Introduces this replica to `peer`: the versioned hello, then the legacy
 /// one while this replica speaks protocol 1 (v0.1.0 peers act on that one and
 /// log the other as unexpected; newer peers act on the first). Both come from
@@ -503,8 +580,10 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       if (replaced) self->demonitor(replaced.address());
       self->monitor(sender);
       greet(self, sender);  // the other side learns us even if it did not dial
-      if (asks_repair_from(self, sender)) self->send(sender, digest_atom::value, digest_of(*st.table));
-      const auto& v = st.members.members().at(name).version;
+      const auto& m = st.members.members().at(name);
+      if (!hand_off(self, sender, name, static_cast<bool>(replaced)) && asks_repair_from(self, sender))
+        send_digest(self, m);
+      const auto& v = m.version;
       if (st.synced && announces_synced(v)) self->send(sender, synced_atom::value);
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
@@ -603,10 +682,16 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
   });
   self->set_down_handler([=](const caf::down_msg& msg) {
     auto& members = self->state.members;
+    const auto now = actors::wall_now_ms();
+    const auto& cfg = self->state.cfg;
     for (const auto& name : members.on_down(msg.source)) {
-      log().warn("member_down node={} address={} reason=\"{}\"", name, members.members().at(name).address,
-                 self->system().render(msg.reason));
-      self->state.membership_changed_ms = actors::wall_now_ms();
+      const auto& m = members.members().at(name);
+      log().warn("member_down node={} address={} reason=\"{}\"", name, m.address, self->system().render(msg.reason));
+      self->state.membership_changed_ms = now;
+      // What went to it since it was last heard, or since the link was
+      // silent long enough to be dropped, may be lost: handed off when it is back.
+      const auto silent_since = now - cfg.connection_timeout_ms - cfg.heartbeat_interval_ms;
+      self->state.missed_since[name] = std::min(m.last_seen_ms, silent_since) - handoff_margin_ms;
     }
     publish_members(self);
   });
@@ -643,21 +728,20 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
-        auto& st = self->state;
-        // Replicas send each other their digests (on connecting and every
-        // round), so each pushes what differs and each side is repaired.
-        auto sender = caf::actor_cast<cluster_actor>(self->current_sender());
-        if (!sender || !st.repairing.insert(sender.address()).second) return {};  // one repair per peer at a time
-        // Until synced, this table is a partial copy of its sync source's:
-        // nothing in it is news to the others.
-        if (!st.synced && sender.address() != st.sync_source) {
-          st.repairing.erase(sender.address());
+        std::vector<bucket_part> parts;
+        for (auto b : differing_buckets(self->state.table->digest(), to_digest(theirs))) parts.push_back({b});
+        repair(self, std::move(parts));
+        return {};
+      },
+      [=](digestf_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
+        if (!listening(self)) return caf::skip;
+        if (theirs.size() != fine_buckets) {
+          log().warn("digest_refused size={} reason=\"a fine digest has {} hashes\"", theirs.size(), fine_buckets);
           return {};
         }
-        auto job = std::make_shared<repair_job>();
-        job->buckets = differing_buckets(st.table->digest(), to_digest(theirs));
-        job->sync_reply = true;
-        send_repair(self, sender, job);
+        fine_digest d;
+        std::copy(theirs.begin(), theirs.end(), d.begin());
+        repair(self, differing_parts(self->state.table->fine(), d));
         return {};
       },
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) -> caf::result<ack_atom> {
@@ -728,9 +812,15 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](ae_atom) {
         auto& st = self->state;
         forget_departed(self);
-        auto digest = digest_of(*st.table);
-        for (const auto& [name, m] : st.members.members())
-          if (m.up && asks_repair_from(self, m.link)) self->send(m.link, digest_atom::value, digest);
+        const auto now = actors::wall_now_ms();
+        for (const auto& [name, m] : st.members.members()) {
+          auto held = st.digest_held_until.find(name);
+          if (held != st.digest_held_until.end()) {
+            if (now < held->second) continue;
+            st.digest_held_until.erase(held);
+          }
+          if (m.up && asks_repair_from(self, m.link)) send_digest(self, m);
+        }
         start_refresh(self);
         publish_view(self);
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);

@@ -14,7 +14,8 @@ namespace scg::cluster {
 
 using hello_atom = caf::atom_constant<caf::atom("hello")>;        // a peer introduces itself (protocol 1's shape)
 using hellov_atom = caf::atom_constant<caf::atom("hellov")>;      // the same, with its protocol versions first
-using digest_atom = caf::atom_constant<caf::atom("digest")>;      // a peer's table digest
+using digest_atom = caf::atom_constant<caf::atom("digest")>;      // a peer's table digest (64 buckets)
+using digestf_atom = caf::atom_constant<caf::atom("digestf")>;    // the same, by sub-bucket (protocol 3)
 using entries_atom = caf::atom_constant<caf::atom("entries")>;    // a repair: entries that differ
 using ack_atom = caf::atom_constant<caf::atom("ack")>;            // a repair taken
 using delta_atom = caf::atom_constant<caf::atom("delta")>;        // a peer's local writes, pushed at once
@@ -43,6 +44,7 @@ using cluster_actor = actors::replication_actor::extend<
                    std::vector<std::string>>,  // protocol, min protocol, scg version, then as hello
     caf::reacts_to<hello_atom, std::string, std::string, caf::actor, std::vector<std::string>>,  // name, address, router, known addresses
     caf::reacts_to<digest_atom, std::vector<std::uint64_t>>,
+    caf::reacts_to<digestf_atom, std::vector<std::uint64_t>>,
     caf::replies_to<entries_atom, std::vector<entry>, bool>::with<ack_atom>,  // entries, sync_reply (the last of a sync)
     caf::reacts_to<delta_atom, std::vector<entry>>,
     caf::reacts_to<synced_atom>,

@@ -10,8 +10,9 @@
 namespace scg::cluster {
 
 /// The cluster protocol this build speaks. 1 is v0.1.0's, which carried no
-/// version: a peer that sends only the legacy hello speaks 1.
-inline constexpr std::uint32_t protocol_version = 2;
+/// version: a peer that sends only the legacy hello speaks 1. 2 added the
+/// versioned hello and `synced`; 3 the fine digest (`digestf`).
+inline constexpr std::uint32_t protocol_version = 3;
 /// The oldest protocol this build still speaks: the previous release's.
 inline constexpr std::uint32_t min_protocol_version = 1;
 
@@ -50,5 +51,9 @@ inline bool sends_legacy_hello(const peer_version& ours) { return ours.min_proto
 /// over (the `synced` message, protocol 2): until then it owns no key. A
 /// protocol-1 peer never says so, and owns its keys from the moment it is up.
 inline bool announces_synced(const peer_version& theirs) { return theirs.protocol >= 2; }
+
+/// Whether two replicas speaking protocol `common` with each other exchange
+/// the fine digest (4096 sub-buckets, `digestf`) rather than the 64-bucket one.
+inline bool exchanges_fine_digest(std::uint32_t common) { return common >= 3; }
 
 }  // namespace scg::cluster

@@ -16,6 +16,11 @@ std::size_t replicated_table::bucket_of(std::string_view key) {
   return static_cast<std::size_t>(core::stable_hash(key) % digest_buckets);
 }
 
+std::size_t replicated_table::fine_bucket_of(std::string_view key) {
+  const auto h = core::stable_hash(key);
+  return static_cast<std::size_t>(h % digest_buckets * sub_buckets + h / digest_buckets % sub_buckets);
+}
+
 std::uint64_t replicated_table::entry_hash(const entry& e) {
   return core::stable_hasher{}
       .add(e.key)
@@ -26,9 +31,11 @@ std::uint64_t replicated_table::entry_hash(const entry& e) {
       .finish();
 }
 
-void replicated_table::account(std::size_t bucket, const entry& e, bool adding) {
+void replicated_table::account(std::size_t fine, const entry& e, bool adding) {
   // XOR is its own inverse: the same call with adding=false undoes an add.
-  hashes_[bucket] ^= entry_hash(e);
+  const auto h = entry_hash(e);
+  hashes_[fine / sub_buckets] ^= h;
+  fine_hashes_[fine] ^= h;
   if (adding) {
     ++size_;
     if (!e.deleted) ++live_;
@@ -84,11 +91,11 @@ entry_view replicated_table::view(const shard::item& it) const {
 
 entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   std::unique_lock lock(mutex_);
-  const std::size_t bucket = bucket_of(incoming.key);
-  auto& s = shards_[bucket];
+  const std::size_t fine = fine_bucket_of(incoming.key);
+  auto& s = shards_[fine / sub_buckets];
   const auto* found = s.find(incoming.key);
   if (!found) {
-    account(bucket, incoming, true);
+    account(fine, incoming, true);
     store(s, incoming);
     result.applied = true;
     return incoming;
@@ -102,8 +109,8 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   }
   result.applied = true;
   result.conflict = rival_backends;
-  account(bucket, current, false);
-  account(bucket, incoming, true);
+  account(fine, current, false);
+  account(fine, incoming, true);
   store(s, incoming);
   result.previous = std::move(current);
   return incoming;
@@ -144,11 +151,14 @@ std::string replicated_table::live_backend(std::string_view key) const {
   return e.deleted ? std::string() : std::string(e.backend);
 }
 
-std::vector<entry> replicated_table::bucket_entries(std::size_t b) const {
+std::vector<entry> replicated_table::bucket_entries(std::size_t b, std::uint64_t subs) const {
   std::vector<entry> out;
-  if (b >= digest_buckets) return out;
-  out.reserve(shards_[b].size());
-  shards_[b].for_each([&](const shard::item& it) { out.push_back(view(it).to_entry()); });
+  if (b >= digest_buckets || subs == 0) return out;
+  const bool all = subs == ~std::uint64_t{0};
+  if (all) out.reserve(shards_[b].size());
+  shards_[b].for_each([&](const shard::item& it) {
+    if (all || ((subs >> (fine_bucket_of(it.key()) % sub_buckets)) & 1)) out.push_back(view(it).to_entry());
+  });
   return out;
 }
 
@@ -160,7 +170,7 @@ std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
     removed += shards_[b].erase_if([&](const shard::item& it) {
       const auto e = view(it);
       if (!e.deleted || e.tombstone_expires_ms > now_wall_ms) return false;
-      account(b, e.to_entry(), false);
+      account(fine_bucket_of(e.key), e.to_entry(), false);
       return true;
     });
   return removed;
@@ -168,13 +178,14 @@ std::size_t replicated_table::expire_tombstones(std::uint64_t now_wall_ms) {
 
 bool replicated_table::expire_tombstone(std::string_view key, std::uint64_t now_wall_ms) {
   std::unique_lock lock(mutex_);
-  const auto b = bucket_of(key);
-  const auto* it = shards_[b].find(key);
+  const auto fine = fine_bucket_of(key);
+  auto& s = shards_[fine / sub_buckets];
+  const auto* it = s.find(key);
   if (!it) return false;
   const auto e = view(*it);
   if (!e.deleted || e.tombstone_expires_ms > now_wall_ms) return false;
-  account(b, e.to_entry(), false);
-  shards_[b].erase(key);
+  account(fine, e.to_entry(), false);
+  s.erase(key);
   return true;
 }
 
@@ -195,6 +206,19 @@ std::vector<std::size_t> differing_buckets(const bucket_digest& a, const bucket_
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < digest_buckets; ++i)
     if (a[i] != b[i]) out.push_back(i);
+  return out;
+}
+
+std::vector<bucket_part> differing_parts(const fine_digest& a, const fine_digest& b) {
+  std::vector<bucket_part> out;
+  for (std::size_t bucket = 0; bucket < digest_buckets; ++bucket) {
+    std::uint64_t subs = 0;
+    for (std::size_t sub = 0; sub < sub_buckets; ++sub) {
+      const auto f = bucket * sub_buckets + sub;
+      if (a[f] != b[f]) subs |= std::uint64_t{1} << sub;
+    }
+    if (subs != 0) out.push_back({bucket, subs});
+  }
   return out;
 }
 

@@ -38,6 +38,9 @@ namespace scg::core {
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
   X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
   X(cluster_protocol_refused_total, "Peers refused: they speak no cluster protocol version this replica speaks") \
+  X(cluster_handoffs_total, "Members back up after a partition or freeze sent the writes made here meanwhile (hinted handoff)") \
+  X(cluster_handoff_fallbacks_total, "Members back up repaired by digest alone: the write log no longer reached back to when they were last heard") \
+  X(cluster_repair_entries_sent_total, "Entries sent to peers in digest repairs and handoffs (not in deltas)") \
   X(config_reloads_total, "Backend-set reloads applied (SIGHUP)")                                 \
   X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \
   X(backend_resolve_failures_total, "Re-resolutions of a resolve: all backend name that failed")   \

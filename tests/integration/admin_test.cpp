@@ -30,13 +30,6 @@ namespace {
 const std::string admin_token = "adm-0123456789abcdef";
 const std::string read_token = "read-fedcba9876543210";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 /// A replica with an admin and a read token (files in its directory) and
 /// `more` lines of the admin block.
 struct guarded_replica {
@@ -264,7 +257,7 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
   CHECK(metric_value(admin, "scg_admin_denied_total{reason=\"bad_credential\"}") == 1);
   CHECK(metric_value(admin, "scg_admin_denied_total{reason=\"read_only\"}") == 1);
   // The audit trail: who (role and token fingerprint, never the token) from where.
-  const auto log = slurp(env.gw.proc.log_path());
+  const auto log = read_file(env.gw.proc.log_path());
   CHECK(log.find("admin.drain") != std::string::npos);
   CHECK(log.find("admin.undrain") != std::string::npos);
   CHECK(log.find("admin.denied") != std::string::npos);
@@ -275,7 +268,7 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
 
   // A flood of refusals is counted in full and logged about once per 10 s.
   auto denied_lines = [&] {
-    return occurrences(slurp(env.gw.proc.log_path()), "admin_denied reason=missing_credential");
+    return occurrences(read_file(env.gw.proc.log_path()), "admin_denied reason=missing_credential");
   };
   const auto lines_before = denied_lines();
   const auto counted_before = metric_value(admin, "scg_admin_denied_total{reason=\"missing_credential\"}");
@@ -291,7 +284,7 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
       argv.push_back("fake-a");
       process p{argv, env.dir.file(tag + ".log")};
       auto rc = p.wait(20s);
-      return std::pair{rc, slurp(env.dir.file(tag + ".log"))};
+      return std::pair{rc, read_file(env.dir.file(tag + ".log"))};
     };
     auto [no_rc, no_out] = run_drain({}, "drain-no-token");
     CHECK(no_rc == 3);
@@ -308,7 +301,7 @@ TEST_CASE("admin tokens by role: listings need read, drains need admin, and the 
                  "fake-a"},
                 env.dir.file(tag + ".log")};
       auto rc = p.wait(20s);
-      return std::pair{rc, slurp(env.dir.file(tag + ".log"))};
+      return std::pair{rc, read_file(env.dir.file(tag + ".log"))};
     };
     auto [bad_rc, bad_out] = with_env("not-the-token", "undrain-bad-env");
     INFO(bad_out);
@@ -385,7 +378,7 @@ TEST_CASE("without a token file the admin API refuses listings and drains, and p
   CHECK(request(gw.admin_port, "GET", "/healthz").status == 200);
   CHECK(request(gw.admin_port, "GET", "/readyz").status == 200);
   CHECK(request(gw.admin_port, "GET", "/metrics").status == 200);
-  CHECK(slurp(gw.proc.log_path()).find("admin_locked") != std::string::npos);
+  CHECK(read_file(gw.proc.log_path()).find("admin_locked") != std::string::npos);
 }
 
 TEST_CASE("malformed admin requests get clean 4xx answers with authentication on", "[integration][admin][hostile]") {

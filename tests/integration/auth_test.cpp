@@ -77,16 +77,9 @@ call_result config_call(int port, const std::optional<std::string>& token,
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 /// Lines of a replica's log that are auth.failure audit events.
 int audit_failures(const gateway& gw) {
-  std::istringstream in(slurp(gw.proc.log_path()));
+  std::istringstream in(read_file(gw.proc.log_path()));
   int n = 0;
   for (std::string line; std::getline(in, line);) n += contains(line, "\"event\":\"auth.failure\"");
   return n;
@@ -242,7 +235,7 @@ TEST_CASE("JWTs are verified against a local key - the verified subject replaces
 
     // Each refusal is audited, and the log quotes no token (nor its signature).
     CHECK(eventually([&] { return audit_failures(gw) >= refused; }, 5s));
-    const std::string log = slurp(gw.proc.log_path());
+    const std::string log = read_file(gw.proc.log_path());
     for (const auto& c : cases) {
       if (!c.token) continue;
       INFO(c.what);
@@ -283,7 +276,7 @@ TEST_CASE("ES256 JWTs verify against a P-256 key - HS256 with a public key is re
   auto code = check.wait(10s);
   REQUIRE(code);
   CHECK(*code != 0);
-  CHECK(contains(slurp(dir.file("check.log")), "HS256 needs hmac_secret"));
+  CHECK(contains(read_file(dir.file("check.log")), "HS256 needs hmac_secret"));
 }
 
 TEST_CASE("OIDC keys are discovered, rotated on an unknown kid, and refreshed at a bounded rate",

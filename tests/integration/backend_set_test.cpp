@@ -37,10 +37,7 @@ std::multiset<std::string> place_new(const gateway& gw, const std::string& prefi
   return out;
 }
 
-std::string log_text(const gateway& gw) {
-  std::ifstream in(gw.proc.log_path());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+std::string log_text(const gateway& gw) { return read_file(gw.proc.log_path()); }
 
 }  // namespace
 

@@ -18,10 +18,7 @@ std::pair<int, std::string> run_scg(const temp_dir& dir, const std::vector<std::
   std::remove(log.c_str());
   process p{argv, log};
   auto code = p.wait(10s);
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  return {code.value_or(-999), out.str()};
+  return {code.value_or(-999), read_file(log)};
 }
 
 }  // namespace

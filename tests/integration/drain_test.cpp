@@ -32,11 +32,6 @@ void replace_file(const std::string& path, const std::string& text) {
   REQUIRE(std::rename((path + ".new").c_str(), path.c_str()) == 0);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 nlohmann::json backend_view(int admin_port, const std::string& name) {
   auto [code, body] = http_get(admin_port, "/api/v1/backends/" + name);
   return code == 200 ? nlohmann::json::parse(body) : nlohmann::json();
@@ -161,9 +156,9 @@ TEST_CASE("a backend is replaced under load with no failed call - drain --wait, 
                 env.dir.file("drain.out")};
   auto code = drain.wait(70s);
   const auto returned_ms = steady_ms();
-  INFO(read_text(env.dir.file("drain.out")));
+  INFO(read_file(env.dir.file("drain.out")));
   REQUIRE(code == 0);
-  CHECK(read_text(env.dir.file("drain.out")).find("safe to stop") != std::string::npos);
+  CHECK(read_file(env.dir.file("drain.out")).find("safe to stop") != std::string::npos);
   std::int64_t last_on_a = 0;
   {
     std::lock_guard lock{load.mu};
@@ -223,7 +218,7 @@ TEST_CASE("scg drain refuses an unknown backend and times out naming what holds 
     std::remove(dir.file("drain.out").c_str());
     process p{args, dir.file("drain.out")};
     auto code = p.wait(20s);
-    return std::pair{code.value_or(-999), read_text(dir.file("drain.out"))};
+    return std::pair{code.value_or(-999), read_file(dir.file("drain.out"))};
   };
   auto [unknown_code, unknown_out] = run({"--admin", admin, "no-such"});
   CHECK(unknown_code == 3);
@@ -277,14 +272,14 @@ TEST_CASE("the watched config file follows a ConfigMap symlink swap and keeps th
   publish(gateway_yaml({&a, &b}, extra));
   REQUIRE(eventually([&] { return is_live(admin, "fake-b"); }, 8s));
   CHECK(metric_value(admin, "scg_config_reloads_total") == 1);
-  CHECK(read_text(log).find("config_file_changed") != std::string::npos);
+  CHECK(read_file(log).find("config_file_changed") != std::string::npos);
 
   // A file that does not parse changes nothing and is logged once, however often it is looked at.
   publish(gateway_yaml({&b}, extra) + "placement: { strategy: fastest }\n");
   REQUIRE(eventually([&] { return metric_value(admin, "scg_config_reload_failures_total") == 1; }, 8s));
   std::this_thread::sleep_for(3s);  // three more looks at the same bad file
   CHECK(metric_value(admin, "scg_config_reload_failures_total") == 1);
-  CHECK(occurrences(read_text(log), "reload_rejected") == 1);
+  CHECK(occurrences(read_file(log), "reload_rejected") == 1);
   CHECK(is_live(admin, "fake-a"));
   CHECK(is_live(admin, "fake-b"));
 

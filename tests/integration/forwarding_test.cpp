@@ -729,11 +729,7 @@ TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on session
   auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
   CHECK(j["backends"][0]["utilization"].is_null());
   // One log line for the failing state, not one per poll.
-  std::ifstream log(gw.proc.log_path());
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  std::size_t n = 0;
-  for (auto pos = text.find("poll_failed"); pos != std::string::npos; pos = text.find("poll_failed", pos + 1)) ++n;
-  CHECK(n == 1);
+  CHECK(occurrences(read_file(gw.proc.log_path()), "poll_failed") == 1);
 }
 
 TEST_CASE("a drained backend takes no new sessions while its sessions carry on",

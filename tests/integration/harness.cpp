@@ -313,6 +313,11 @@ std::size_t occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 long metric_value(int admin_port, const std::string& series, const std::string& host) {
   auto body = http_get_at(host, admin_port, "/metrics").second;
   auto pos = body.find("\n" + series + " ");

@@ -162,6 +162,9 @@ long metric_value(int admin_port, const std::string& series, const std::string& 
 /// How often `what` occurs in `text` (log lines of one event, say).
 std::size_t occurrences(const std::string& text, const std::string& what);
 
+/// The whole of the file at `path` (a process's log, say); empty when it cannot be read.
+std::string read_file(const std::string& path);
+
 /// One Config for (`user`, `session`) through the gateway at host:port: the
 /// backend that answered (x-fake-backend), empty when the call failed.
 std::string backend_for_session(int port, const std::string& session, const std::string& user,

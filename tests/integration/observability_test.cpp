@@ -28,13 +28,6 @@ const std::string chromium = "/usr/bin/chromium";
 const std::string promtool = "/usr/bin/promtool";
 const std::string prometheus = "/usr/bin/prometheus";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 /// Fails the test, naming the Debian package, when a tool is missing.
 void require_tool(const std::string& path, const std::string& package) {
   if (!fs::exists(path))
@@ -65,7 +58,7 @@ std::pair<std::optional<int>, std::string> run(const temp_dir& dir, const std::v
     process p{argv, log};
     rc = p.wait(timeout);
   }  // a process still running is SIGKILLed here
-  return {rc, slurp(log)};
+  return {rc, read_file(log)};
 }
 
 /// Headless Chromium on `url` with `args`; a fresh profile per run, so runs
@@ -254,10 +247,10 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
   // sessionStorage) and sends it as a Bearer header on every API call.
   temp_dir secrets;
   const std::string read_token = "status-page-read-token", admin_token = "status-page-admin-token";
-  const auto read_file = secrets.write("read.token", read_token + "\n");
+  const auto read_token_file = secrets.write("read.token", read_token + "\n");
   const auto admin_file = secrets.write("admin.token", admin_token + "\n");
   admin_token_scope harness_token(read_token);  // for cluster_env's own waits
-  cluster_env env(3, "admin: { token_file: " + admin_file + ", read_token_file: " + read_file + " }\n");
+  cluster_env env(3, "admin: { token_file: " + admin_file + ", read_token_file: " + read_token_file + " }\n");
   const int admin = env.replicas[0]->admin_port;
   httplib::Client c("127.0.0.1", admin);
   auto drained = c.Post("/api/v1/backends/fake-c/drain", {{"Authorization", "Bearer " + admin_token}}, "",
@@ -296,7 +289,7 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
   CHECK(dom.find("backend fake-c drained") != std::string::npos);
   CHECK(dom.find("cannot reach the admin API") == std::string::npos);
   CHECK(dom.find("admin token required") == std::string::npos);
-  CHECK(slurp(env.replicas[0]->proc.log_path()).find(read_token) == std::string::npos);
+  CHECK(read_file(env.replicas[0]->proc.log_path()).find(read_token) == std::string::npos);
 
   const auto artifacts = fs::path(SCG_BIN_DIR) / "artifacts";
   fs::create_directories(artifacts);
@@ -307,7 +300,7 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
   INFO("chromium output:\n" << shot_log);
   REQUIRE(shot_rc == 0);
   REQUIRE(fs::exists(png));
-  CHECK(slurp(png).rfind("\x89PNG", 0) == 0);
+  CHECK(read_file(png).rfind("\x89PNG", 0) == 0);
   std::cout << "status page screenshot: " << png << std::endl;
 }
 
@@ -349,7 +342,7 @@ TEST_CASE("a real Prometheus scrapes a replica and answers a query on an scg met
         return !result.is_discarded() && result["status"] == "success" && !result["data"]["result"].empty();
       },
       20s);
-  INFO("last answer: " << result.dump() << "\nprometheus log:\n" << slurp(env.dir.file("prometheus.log")));
+  INFO("last answer: " << result.dump() << "\nprometheus log:\n" << read_file(env.dir.file("prometheus.log")));
   REQUIRE(sampled);
   CHECK(result["data"]["result"][0]["value"][1] == "1");
 }
@@ -359,7 +352,7 @@ TEST_CASE("the Grafana dashboard parses and queries only metrics the binary expo
   // The source tree, from this file's path: tests/integration/ is two levels down.
   const auto dashboard_path = fs::path(__FILE__).parent_path().parent_path().parent_path() / "deploy" /
                               "grafana" / "scg-dashboard.json";
-  auto dashboard = nlohmann::json::parse(slurp(dashboard_path.string()), nullptr, false);
+  auto dashboard = nlohmann::json::parse(read_file(dashboard_path.string()), nullptr, false);
   REQUIRE_FALSE(dashboard.is_discarded());
 
   one_replica env;

@@ -25,13 +25,6 @@ bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").
 
 spark::connect::UserContext user_ctx(const std::string& id) { return user(id); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, made
 /// with the openssl command line in `dir`.
 struct test_pki {
@@ -60,10 +53,10 @@ struct test_pki {
 /// One Config over TLS trusting `ca`, presenting `cert`/`key` when given.
 grpc::Status tls_config(int port, const std::string& ca, const std::string& cert = "", const std::string& key = "") {
   grpc::SslCredentialsOptions o;
-  o.pem_root_certs = slurp(ca);
+  o.pem_root_certs = read_file(ca);
   if (!cert.empty()) {
-    o.pem_cert_chain = slurp(cert);
-    o.pem_private_key = slurp(key);
+    o.pem_cert_chain = read_file(cert);
+    o.pem_private_key = read_file(key);
   }
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::SslCredentials(o));
   auto stub = sc::SparkConnectService::NewStub(channel);
@@ -133,7 +126,7 @@ answer config_with(int port, const std::string& token, const std::string& sessio
   return a;
 }
 
-std::string log_of(const gateway& gw) { return slurp(gw.proc.log_path()); }
+std::string log_of(const gateway& gw) { return read_file(gw.proc.log_path()); }
 
 /// Sends an AddArtifacts stream whose messages name `users` in turn.
 grpc::Status upload_as(int port, const std::string& token, const std::string& session,

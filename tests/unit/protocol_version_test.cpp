@@ -5,13 +5,13 @@
 
 using namespace scg::cluster;
 
-TEST_CASE("this build speaks protocol 2 and still speaks v0.1.0's protocol 1", "[cluster][version]") {
+TEST_CASE("this build speaks protocol 3 and still speaks v0.1.0's protocol 1", "[cluster][version]") {
   const auto self = this_build();
-  CHECK(self.protocol == 2);
+  CHECK(self.protocol == 3);
   CHECK(self.min_protocol == 1);
   CHECK(self.scg_version == SCG_VERSION);
   CHECK(common_protocol(self, legacy_peer()) == 1);  // a v0.1.0 peer
-  CHECK(common_protocol(self, self) == 2);
+  CHECK(common_protocol(self, self) == 3);
   CHECK(sends_legacy_hello(self));
 }
 
