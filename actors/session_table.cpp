@@ -255,6 +255,14 @@ std::size_t session_table::sessions_on(backend_index backend) const {
   return backend < per_backend_.size() ? per_backend_[backend].load(std::memory_order_relaxed) : 0;
 }
 
+std::optional<session_table::session_row> session_table::session_row_of(std::string_view key) const {
+  auto& s = session_shards_[shard_of(key)];
+  std::shared_lock lock{s.mutex};
+  auto* it = s.map.find(key);
+  if (!it) return std::nullopt;
+  return session_row{std::string(key), it->value.backend, it->value.last_seen.load(std::memory_order_relaxed)};
+}
+
 std::vector<session_table::session_row> session_table::list_sessions(
     const std::string& after, std::size_t limit,
     const std::function<bool(std::string_view key, backend_index)>& keep) const {

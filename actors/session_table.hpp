@@ -122,6 +122,9 @@ class session_table {
     clock_ms last_seen;
   };
 
+  /// The row of session `key`, without counting it as a use; nullopt when absent.
+  std::optional<session_row> session_row_of(std::string_view key) const;
+
   /// Up to `limit` sessions whose key sorts after `after` and that `keep`
   /// accepts, in key order (so a listing pages with the last key as cursor).
   /// Read-only; it locks one shard at a time, shared, and copies out only the

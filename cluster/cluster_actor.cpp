@@ -64,6 +64,19 @@ constexpr std::int64_t handoff_margin_ms = 1000;
 // other handed over, and the digests differ only where neither knew.
 constexpr std::int64_t digest_hold_ms = 1000;
 
+/// A repair under way to one peer: the (parts of) buckets it sends, the next
+/// one to copy, what is left of the one copied last (or of a handoff's
+/// entries), and the messages the peer has not acknowledged yet.
+struct repair_job {
+  std::vector<bucket_part> parts;
+  bool sync_reply = false;  // the peer may report ready after the last message
+  std::size_t next = 0;
+  std::vector<entry> copied;  // of parts[next - 1], not sent yet
+  int in_flight = 0;
+  bool sent_last = false;
+  bool failed = false;
+};
+
 }  // namespace
 
 /// Members reached through their cluster actors; their routers as the peers
@@ -90,7 +103,8 @@ struct cluster_state {
   std::int64_t membership_changed_ms = actors::wall_now_ms();
 
   members_table members{""};  // the node name is set at start
-  std::set<caf::actor_addr> repairing;         // peers a repair is being sent to
+  /// Repairs and handoffs being sent, by peer: one at a time to each.
+  std::map<caf::actor_addr, std::shared_ptr<repair_job>> repairing;
   std::vector<entry> outbox;
   write_log written{write_log_capacity};  // keys written here lately, for handoffs
   /// Members seen down: from when (wall ms) writes sent to them may have been lost.
@@ -242,18 +256,6 @@ void send_digest(self_ptr self, const members_table::member& m) {
     self->send(m.link, digest_atom::value, digest_of(t));
 }
 
-/// A repair under way to one peer: the (parts of) buckets it sends, the next
-/// one to copy, what is left of the one copied last (or of a handoff's
-/// entries), and the messages the peer has not acknowledged yet.
-struct repair_job {
-  std::vector<bucket_part> parts;
-  bool sync_reply = false;  // the peer may report ready after the last message
-  std::size_t next = 0;
-  std::vector<entry> copied;  // of parts[next - 1], not sent yet
-  int in_flight = 0;
-  bool sent_last = false;
-  bool failed = false;
-};
 
 /// Sends `peer` this replica's entries of the job's buckets: sync_chunk
 /// entries per message (about 400 KB), at most repair_window messages the
@@ -313,8 +315,8 @@ void repair(self_ptr self, std::vector<bucket_part> parts) {
   // Until synced, this table is a partial copy of its sync source's:
   // nothing in it is news to the others.
   if (!st.synced && sender.address() != st.sync_source) return;
-  st.repairing.insert(sender.address());
   auto job = std::make_shared<repair_job>();
+  st.repairing.emplace(sender.address(), job);
   job->parts = std::move(parts);
   job->sync_reply = true;
   send_repair(self, sender, job);
@@ -463,8 +465,11 @@ void forget_departed(self_ptr self) {
   auto& st = self->state;
   const auto now = actors::wall_now_ms();
   const auto gone = st.members.forget_departed(now, std::int64_t{st.cfg.forget_after_secs} * 1000);
-  for (const auto& [name, m] : gone)
+  for (const auto& [name, m] : gone) {
     log().info("member_forgotten node={} address={} down_secs={}", name, m.address, (now - m.last_seen_ms) / 1000);
+    st.missed_since.erase(name);
+    st.digest_held_until.erase(name);
+  }
   if (!gone.empty()) publish_members(self);
 }
 
@@ -494,7 +499,7 @@ bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name,
     if (auto e = st.table->find(key)) job->copied.push_back(std::move(*e));
   core::bump(core::global_metrics().cluster_handoffs_total);
   log().info("handoff node={} entries={} since_ms={}", name, job->copied.size(), actors::wall_now_ms() - from_ms);
-  st.repairing.insert(peer.address());
+  st.repairing.emplace(peer.address(), job);
   send_repair(self, peer, job);
   st.digest_held_until[name] = actors::wall_now_ms() + digest_hold_ms;
   return true;
@@ -692,6 +697,12 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       // silent long enough to be dropped, may be lost: handed off when it is back.
       const auto silent_since = now - cfg.connection_timeout_ms - cfg.heartbeat_interval_ms;
       self->state.missed_since[name] = std::min(m.last_seen_ms, silent_since) - handoff_margin_ms;
+    }
+    // A repair to it is over: its messages went with the link (their answers
+    // would come only at repair_timeout); the next one starts when it is back.
+    if (auto r = self->state.repairing.find(msg.source); r != self->state.repairing.end()) {
+      r->second->failed = true;
+      self->state.repairing.erase(r);
     }
     publish_members(self);
   });

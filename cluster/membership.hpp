@@ -55,8 +55,9 @@ class membership {
   ///   twin         another replica uses our name (warn, greet it once);
   ///   twin_again   the same, already warned;
   ///   bad_address  `address` is no host:port: refused;
-  ///   claimed      a second process claims a live member's name: the one
-  ///                seen first stays (`*warn` set the first time);
+  ///   claimed      a second process claims a live member's name from
+  ///                another address: the one seen first stays (`*warn`
+  ///                set the first time);
   ///   refused      the peer speaks no protocol this replica speaks
   ///                (common_protocol is 0): no member; `*warn` set the first
   ///                time this name announces these versions;
@@ -94,7 +95,12 @@ class membership {
       }
     }
     auto& m = members_[name];
-    if (m.up && m.link && !(m.link == from) && m.link.node() != from.node()) {
+    // Another process under a live member's name is refused, unless it
+    // greets from the member's own address: no two live processes hold one
+    // address, so that is the member itself, back on a link CAF made anew
+    // (a thawed replica's peers redialed it) or restarted before its old
+    // link was seen down. Its new link replaces the old one.
+    if (m.up && m.link && !(m.link == from) && m.link.node() != from.node() && m.address != address) {
       if (warn) *warn = warned_.insert(address).second;
       return hello::claimed;
     }

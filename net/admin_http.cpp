@@ -172,10 +172,17 @@ void serve_ui(httplib::Response& res, const std::string& name) {
 }  // namespace
 
 std::string sessions_json(const admin_view& view, const list_query& q) {
-  auto rows = view.table->list_sessions(
-      q.after, q.limit + 1, [&](std::string_view key, actors::backend_index b) {
-        return backend_matches(view, q, b) && key_matches(q, key);
-      });
+  std::vector<actors::session_table::session_row> rows;
+  if (!q.tenant.empty() && !q.user.empty() && !q.session.empty()) {
+    // One session named whole: looked up, not found by a scan of the table.
+    const auto key = actors::session_key{q.tenant, q.user, q.session}.str();
+    auto row = view.table->session_row_of(key);
+    if (row && row->key > q.after && backend_matches(view, q, row->backend)) rows.push_back(std::move(*row));
+  } else {
+    rows = view.table->list_sessions(q.after, q.limit + 1, [&](std::string_view key, actors::backend_index b) {
+      return backend_matches(view, q, b) && key_matches(q, key);
+    });
+  }
   // One more row than asked tells whether another page follows.
   nlohmann::json next = nullptr;
   if (rows.size() > q.limit) {

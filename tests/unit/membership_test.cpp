@@ -70,6 +70,12 @@ TEST_CASE("a second process claiming a live member's name is refused, a member's
   CHECK(t.on_hello({2, 21}, "r2", false, "b", "10.0.0.2:7400", none, 0, &replaced) == hello::joined);
   CHECK(replaced.id == 20);
   CHECK(t.members().at("b").router == "r2");
+  // Another node from the member's own address: the member itself on a link
+  // made anew (no second live process can hold its address): it replaces the old one.
+  CHECK(t.on_hello({4, 40}, "r4", false, "b", "10.0.0.2:7400", none, 0, &replaced, &warn) == hello::joined);
+  CHECK(replaced.node_id == 2);
+  CHECK(t.members().at("b").router == "r4");
+  CHECK(t.members().at("b").up);
 }
 
 TEST_CASE("a member whose link goes down is down, dialed again, and joins again with its next hello",

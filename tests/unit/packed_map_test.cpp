@@ -4,6 +4,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/packed_map.hpp"
 
@@ -57,4 +59,28 @@ TEST_CASE("entries keep their tail bytes and addresses as the map grows", "[pack
   CHECK_FALSE(m.find("first"));
   CHECK(m.find("key-998"));
   CHECK_FALSE(m.find("key-999"));
+}
+
+TEST_CASE("keys of one session-table shard (one value of the hash's low bits) are found and erased",
+          "[packed_map]") {
+  // actors/session_table shards by std::hash % 16: one shard's map sees only
+  // keys whose hashes share their low 4 bits.
+  packed_map<int> m;
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 5000; ++i) {
+    std::string k = "tenant\x1fuser\x1fsession-" + std::to_string(i);
+    if (std::hash<std::string_view>{}(k) % 16 == 3) keys.push_back(std::move(k));
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) CHECK(m.try_emplace(keys[i], 0, static_cast<int>(i)).second);
+  for (std::size_t i = 0; i < keys.size(); i += 2) CHECK(m.erase(keys[i]));
+  CHECK(m.size() == keys.size() / 2);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto* it = m.find(keys[i]);
+    if (i % 2) {
+      REQUIRE(it);
+      CHECK(it->value == static_cast<int>(i));
+    } else {
+      CHECK_FALSE(it);
+    }
+  }
 }
