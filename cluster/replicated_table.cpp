@@ -12,13 +12,17 @@
 
 namespace scg::cluster {
 
-std::size_t replicated_table::bucket_of(std::string_view key) {
-  return static_cast<std::size_t>(core::stable_hash(key) % digest_buckets);
-}
+std::size_t replicated_table::bucket_of(std::string_view key) { return fine_bucket_of(key) / sub_buckets; }
 
 std::size_t replicated_table::fine_bucket_of(std::string_view key) {
   const auto h = core::stable_hash(key);
   return static_cast<std::size_t>(h % digest_buckets * sub_buckets + h / digest_buckets % sub_buckets);
+}
+
+bucket_digest replicated_table::digest() const {
+  bucket_digest d{};
+  for (std::size_t f = 0; f < fine_buckets; ++f) d[f / sub_buckets] ^= fine_hashes_[f];
+  return d;
 }
 
 std::uint64_t replicated_table::entry_hash(const entry& e) {
@@ -33,9 +37,7 @@ std::uint64_t replicated_table::entry_hash(const entry& e) {
 
 void replicated_table::account(std::size_t fine, const entry& e, bool adding) {
   // XOR is its own inverse: the same call with adding=false undoes an add.
-  const auto h = entry_hash(e);
-  hashes_[fine / sub_buckets] ^= h;
-  fine_hashes_[fine] ^= h;
+  fine_hashes_[fine] ^= entry_hash(e);
   if (adding) {
     ++size_;
     if (!e.deleted) ++live_;

@@ -40,7 +40,6 @@ using fine_digest = std::array<std::uint64_t, fine_buckets>;
 struct bucket_part {
   std::size_t bucket = 0;
   std::uint64_t subs = ~std::uint64_t{0};
-  bool operator==(const bucket_part& o) const { return bucket == o.bucket && subs == o.subs; }
 };
 
 /// One replicated key: a live binding to a backend, or a tombstone.
@@ -113,9 +112,9 @@ class replicated_table {
   /// it is a tombstone. Thread-safe (see the class comment).
   std::string live_backend(std::string_view key) const;
 
-  /// The per-bucket hashes; O(1), they are kept up to date on every change.
-  bucket_digest digest() const { return hashes_; }
-  /// The per-sub-bucket hashes, kept up to date the same way.
+  /// The per-bucket hashes: each the XOR of its sub-buckets' (fine()).
+  bucket_digest digest() const;
+  /// The per-sub-bucket hashes; O(1), they are kept up to date on every change.
   const fine_digest& fine() const { return fine_hashes_; }
 
   /// Every entry of bucket `b` (tombstones included) in the sub-buckets set
@@ -200,7 +199,6 @@ class replicated_table {
   std::array<shard, digest_buckets> shards_;
   std::deque<std::string> names_;  // node names (version.node), by number; views stay valid
   std::unordered_map<std::string, std::uint32_t> name_ids_;
-  bucket_digest hashes_{};
   fine_digest fine_hashes_{};
   std::size_t size_ = 0;
   std::size_t live_ = 0;

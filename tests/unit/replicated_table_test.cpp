@@ -54,6 +54,15 @@ std::string key_outside_bucket_of(const std::string& other) {
 
 constexpr std::uint64_t forever = std::numeric_limits<std::uint64_t>::max();
 
+// Sessions s/0 .. s/(n-1) merged into both tables, with the same versions.
+void same_sessions(replicated_table& a, replicated_table& b, int n) {
+  for (int i = 0; i < n; ++i) {
+    entry e = live("s/" + std::to_string(i), "b" + std::to_string(i % 3), ver(i + 1, "n"));
+    a.merge(e);
+    b.merge(e);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a newer version replaces an entry and an equal or older one does not", "[table]") {
@@ -241,11 +250,7 @@ TEST_CASE("the digest changes on every change and returns when the same state is
 
 TEST_CASE("differing buckets name exactly the bucket that changed", "[table]") {
   replicated_table a, b;
-  for (int i = 0; i < 300; ++i) {
-    entry e = live("s/" + std::to_string(i), "b" + std::to_string(i % 3), ver(i + 1, "n"));
-    a.merge(e);
-    b.merge(e);
-  }
+  same_sessions(a, b, 300);
   CHECK(differing_buckets(a.digest(), b.digest()).empty());
 
   b.put("s/17", "b2", {}, ver(1000, "m"));
@@ -276,11 +281,7 @@ TEST_CASE("bucket entries hold exactly the keys of their bucket", "[table]") {
 
 TEST_CASE("the fine digest names the sub-buckets that changed and folds into the coarse one", "[table]") {
   replicated_table a, b;
-  for (int i = 0; i < 5000; ++i) {
-    entry e = live("s/" + std::to_string(i), "b" + std::to_string(i % 3), ver(i + 1, "n"));
-    a.merge(e);
-    b.merge(e);
-  }
+  same_sessions(a, b, 5000);
   CHECK(differing_parts(a.fine(), b.fine()).empty());
   // Each bucket's hash is the XOR of its sub-buckets'.
   for (std::size_t bucket = 0; bucket < digest_buckets; ++bucket) {
