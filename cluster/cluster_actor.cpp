@@ -550,7 +550,10 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
                               actors::wall_now_ms(), &replaced, &warn)) {
     case verdict::ours:
     case verdict::twin_again:
+      break;
     case verdict::known:
+      // It may be greeting because it saw this replica down (see greet_back).
+      if (st.members.greet_back(name, actors::wall_now_ms())) greet(self, sender);
       break;
     case verdict::twin:
       greet(self, sender);  // once: so the other one learns of it too

@@ -34,6 +34,7 @@ class membership {
     /// Its first sync is over (it said so, or it never will: protocol 1),
     /// so it may own keys; reset each time it comes up.
     bool synced = false;
+    std::int64_t greeted_back_ms = 0;  ///< wall clock: when greet_back last said yes
   };
 
   /// What a hello means, for the caller to act on.
@@ -120,6 +121,20 @@ class membership {
     for (const auto& a : gossip)
       if (core::parse_host_port(a) && !targets_.count(a)) targets_[a];  // dialed on the next round
     return was_up ? hello::known : hello::joined;
+  }
+
+  /// Whether a `known` hello from member `name` is answered with a greeting:
+  /// at most once per greet_back_ms. An up member greets again when it dialed
+  /// this replica after seeing it down while this side saw no break (after a
+  /// thaw, CAF can deliver a stale down of the old link after the new link's
+  /// hello); only a greeting back brings this replica up there. The limit
+  /// ends the exchange: two replicas that both see each other up trade at
+  /// most one greeting each.
+  bool greet_back(const std::string& name, std::int64_t now_ms) {
+    auto found = members_.find(name);
+    if (found == members_.end() || now_ms - found->second.greeted_back_ms < greet_back_ms) return false;
+    found->second.greeted_back_ms = now_ms;
+    return true;
   }
 
   /// The link `link` (anything a Link compares with) went down: its member
@@ -233,6 +248,7 @@ class membership {
   const peer_version& self() const { return self_; }
 
   static constexpr std::int64_t first_backoff_ms = 250;
+  static constexpr std::int64_t greet_back_ms = 1000;
   static constexpr std::int64_t max_backoff_ms = 1000;  // a refusal costs a reachability probe only
   /// How long a refused peer's address waits before it is dialed again.
   static constexpr std::int64_t refused_redial_ms = 30000;

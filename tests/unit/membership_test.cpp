@@ -225,3 +225,18 @@ TEST_CASE("a protocol-2 member owns keys once it says it synced, again after eac
   CHECK(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, 1000) == hello::joined);  // legacy: protocol 1
   CHECK(t.members().at("c").synced);
 }
+
+TEST_CASE("an up member's hello again is answered at most once a second, so a peer that saw us down learns we are up",
+          "[cluster][membership]") {
+  table t("a");
+  CHECK_FALSE(t.greet_back("b", 5000));  // no such member
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 5000) == hello::joined);
+  // b thawed, saw a stale down of our link and dialed us again: its hello is
+  // `known` here, and only our greeting back brings us up on b.
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 5100) == hello::known);
+  CHECK(t.greet_back("b", 5100));
+  // b's answer to that greeting is `known` too: not answered again, the exchange ends.
+  CHECK_FALSE(t.greet_back("b", 5200));
+  CHECK_FALSE(t.greet_back("b", 5100 + table::greet_back_ms - 1));
+  CHECK(t.greet_back("b", 5100 + table::greet_back_ms));
+}
