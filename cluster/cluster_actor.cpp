@@ -52,6 +52,7 @@ constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
+constexpr std::int64_t sync_give_up_ms = 60'000;  // the longest a sync in progress holds readiness back
 constexpr auto dial_interval = 250ms;         // also how long a reachability probe may stay pending
 constexpr std::uint64_t resolve_every = 20;  // dial rounds between DNS look-ups of the seeds (5 s)
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
@@ -840,7 +841,20 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
       [=](refresh_atom) { refresh_step(self); },
-      [=](ready_atom) { mark_ready(self, "sync wait over: no peer answered"); },
+      [=](ready_atom) {
+        // A peer up means its repair may still be on the way (a large table,
+        // a busy host): ready only when it ends, or when no peer is up, or
+        // at last after sync_give_up; ready with half a table would rebind
+        // sessions it has not heard of yet.
+        auto& st = self->state;
+        if (st.synced) return;
+        const auto& ms = st.members.members();
+        const bool peer_up = std::any_of(ms.begin(), ms.end(), [](const auto& m) { return m.second.up; });
+        if (!peer_up) return mark_ready(self, "sync wait over: no peer answered");
+        if (actors::now_ms() - st.started_ms >= sync_give_up_ms)
+          return mark_ready(self, "sync wait over: a peer is up but its sync did not end");
+        self->delayed_send(self, 250ms, ready_atom::value);
+      },
       [=](address_atom, const std::string& address) {
         auto& st = self->state;
         st.self_address = address;
