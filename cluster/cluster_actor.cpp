@@ -842,14 +842,16 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](refresh_atom) { refresh_step(self); },
       [=](ready_atom) {
-        // A peer up means its repair may still be on the way (a large table,
-        // a busy host): ready only when it ends, or when no peer is up, or
-        // at last after sync_give_up; ready with half a table would rebind
-        // sessions it has not heard of yet.
+        // A synced peer up means its repair may still be on the way (a large
+        // table, a busy host): ready only when it ends, or when no synced
+        // peer is up, or at last after sync_give_up; ready with half a table
+        // would rebind sessions it has not heard of yet. Peers not synced
+        // themselves (a whole cluster starting at once) hold nothing to wait for.
         auto& st = self->state;
         if (st.synced) return;
         const auto& ms = st.members.members();
-        const bool peer_up = std::any_of(ms.begin(), ms.end(), [](const auto& m) { return m.second.up; });
+        const bool peer_up =
+            std::any_of(ms.begin(), ms.end(), [](const auto& m) { return m.second.up && m.second.synced; });
         if (!peer_up) return mark_ready(self, "sync wait over: no peer answered");
         if (actors::now_ms() - st.started_ms >= sync_give_up_ms)
           return mark_ready(self, "sync wait over: a peer is up but its sync did not end");
