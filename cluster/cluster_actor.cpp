@@ -53,6 +53,7 @@ constexpr int repair_window = 4;            // repair messages not yet acknowled
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr std::int64_t sync_give_up_ms = 60'000;  // the longest a sync in progress holds readiness back
+constexpr auto sync_recheck = 250ms;              // how often readiness looks again while it waits on one
 constexpr auto dial_interval = 250ms;         // also how long a reachability probe may stay pending
 constexpr std::uint64_t resolve_every = 20;  // dial rounds between DNS look-ups of the seeds (5 s)
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
@@ -849,13 +850,10 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         // themselves (a whole cluster starting at once) hold nothing to wait for.
         auto& st = self->state;
         if (st.synced) return;
-        const auto& ms = st.members.members();
-        const bool peer_up =
-            std::any_of(ms.begin(), ms.end(), [](const auto& m) { return m.second.up && m.second.synced; });
-        if (!peer_up) return mark_ready(self, "sync wait over: no peer answered");
+        if (!st.members.synced_member_up()) return mark_ready(self, "sync wait over: no peer answered");
         if (actors::now_ms() - st.started_ms >= sync_give_up_ms)
           return mark_ready(self, "sync wait over: a peer is up but its sync did not end");
-        self->delayed_send(self, 250ms, ready_atom::value);
+        self->delayed_send(self, sync_recheck, ready_atom::value);
       },
       [=](address_atom, const std::string& address) {
         auto& st = self->state;

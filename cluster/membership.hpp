@@ -227,6 +227,11 @@ class membership {
   // --- reading ----------------------------------------------------------------
 
   const std::map<std::string, member>& members() const { return members_; }
+  /// Whether some member is up and synced: it holds the cluster's table, so a
+  /// sync from it to this replica may still be on the way.
+  bool synced_member_up() const {
+    return std::any_of(members_.begin(), members_.end(), [](const auto& m) { return m.second.up && m.second.synced; });
+  }
   /// The addresses of every member, up or down (what a hello gossips).
   std::vector<std::string> known_addresses() const {
     std::vector<std::string> out;

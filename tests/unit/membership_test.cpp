@@ -240,3 +240,17 @@ TEST_CASE("an up member's hello again is answered at most once a second, so a pe
   CHECK_FALSE(t.greet_back("b", 5100 + table::greet_back_ms - 1));
   CHECK(t.greet_back("b", 5100 + table::greet_back_ms));
 }
+
+TEST_CASE("a synced member up is one whose sync to this replica may be under way, an unsynced or down one is not",
+          "[cluster][membership]") {
+  table t("a");
+  CHECK_FALSE(t.synced_member_up());
+  // Protocol 3 announces its sync: up but not synced until it says so.
+  const scg::cluster::peer_version v3{3, 1, "0.2.0"};
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, v3, 1000) == hello::joined);
+  CHECK_FALSE(t.synced_member_up());
+  CHECK(t.on_synced(link{2, 20}));
+  CHECK(t.synced_member_up());
+  CHECK(t.on_down(link{2, 20}) == std::vector<std::string>{"b"});
+  CHECK_FALSE(t.synced_member_up());
+}
