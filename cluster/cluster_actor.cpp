@@ -604,6 +604,20 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
   }
 }
 
+/// What came from the current sender (a digest, a delta, a repair) comes
+/// only from a peer that counts this replica up: if this replica counts it
+/// down, the split is one-way and a greeting mends it (membership::greet_stray).
+void greet_if_stray(self_ptr self) {
+  auto& st = self->state;
+  const auto& from = self->current_sender();
+  if (!from) return;
+  const auto name = st.members.greet_stray(from, actors::wall_now_ms());
+  if (name.empty()) return;
+  core::bump(core::global_metrics().cluster_one_way_greetings_total);
+  log().warn("one_way_split node={} reason=\"it replicates to this replica, which counts it down: greeting it\"", name);
+  greet(self, caf::actor_cast<cluster_actor>(from));
+}
+
 /// Peers are heard only once the address they would be greeted back with is
 /// known (start() sends it right after publishing): until then their
 /// messages wait in the mailbox.
@@ -744,6 +758,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](digest_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
+        greet_if_stray(self);
         std::vector<bucket_part> parts;
         for (auto b : differing_buckets(self->state.table->digest(), to_digest(theirs))) parts.push_back({b});
         repair(self, std::move(parts));
@@ -751,6 +766,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](digestf_atom, const std::vector<std::uint64_t>& theirs) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
+        greet_if_stray(self);
         if (theirs.size() != fine_buckets) {
           log().warn("digest_refused size={} reason=\"a fine digest has {} hashes\"", theirs.size(), fine_buckets);
           return {};
@@ -762,12 +778,14 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) -> caf::result<ack_atom> {
         if (!listening(self)) return caf::skip;
+        greet_if_stray(self);
         merge_batch(self, batch, false);
         if (sync_reply) mark_ready(self, "synced with a peer");
         return ack_atom::value;
       },
       [=](delta_atom, const std::vector<entry>& batch) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
+        greet_if_stray(self);
         merge_batch(self, batch, true);
         return {};
       },

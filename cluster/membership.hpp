@@ -34,7 +34,7 @@ class membership {
     /// Its first sync is over (it said so, or it never will: protocol 1),
     /// so it may own keys; reset each time it comes up.
     bool synced = false;
-    std::int64_t greeted_back_ms = 0;  ///< wall clock: when greet_back last said yes
+    std::int64_t greeted_ms = 0;  ///< wall clock: when greet_back or greet_stray last said yes
   };
 
   /// What a hello means, for the caller to act on.
@@ -132,9 +132,27 @@ class membership {
   /// most one greeting each.
   bool greet_back(const std::string& name, std::int64_t now_ms) {
     auto found = members_.find(name);
-    if (found == members_.end() || now_ms - found->second.greeted_back_ms < greet_back_ms) return false;
-    found->second.greeted_back_ms = now_ms;
+    if (found == members_.end() || now_ms - found->second.greeted_ms < greet_back_ms) return false;
+    found->second.greeted_ms = now_ms;
     return true;
+  }
+
+  /// Whether to greet the member on `link`, which sent what only a peer
+  /// counting this replica up sends (a digest, a delta), while this replica
+  /// counts it down: a one-way split, whatever stale down or lost greeting
+  /// made it. The greeting is `known` there and answered (greet_back), which
+  /// brings the member up here. At most once per greet_back_ms; never for a
+  /// link no member has (a peer's hello comes first). The member's name, or
+  /// empty for no greeting.
+  template <class L>
+  std::string greet_stray(const L& link, std::int64_t now_ms) {
+    for (auto& [name, m] : members_) {
+      if (!(m.link == link)) continue;
+      if (m.up || now_ms - m.greeted_ms < greet_back_ms) return {};
+      m.greeted_ms = now_ms;
+      return name;
+    }
+    return {};
   }
 
   /// The link `link` (anything a Link compares with) went down: its member

@@ -38,6 +38,7 @@ namespace scg::core {
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
   X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
   X(cluster_protocol_refused_total, "Peers refused: they speak no cluster protocol version this replica speaks") \
+  X(cluster_one_way_greetings_total, "Members greeted because they sent replication to this replica while it counted them down (a one-way split mended)") \
   X(cluster_handoffs_total, "Members back up after a partition or freeze sent the writes made here meanwhile (hinted handoff)") \
   X(cluster_handoff_fallbacks_total, "Members back up repaired by digest alone: the write log no longer reached back to when they were last heard") \
   X(cluster_repair_entries_sent_total, "Entries sent to peers in digest repairs and handoffs (not in deltas)") \

@@ -241,6 +241,23 @@ TEST_CASE("an up member's hello again is answered at most once a second, so a pe
   CHECK(t.greet_back("b", 5100 + table::greet_back_ms));
 }
 
+TEST_CASE("a member counted down that replicates to us is greeted, at most once a second, so a one-way split mends",
+          "[cluster][membership]") {
+  table t("a");
+  CHECK(t.greet_stray(link{2, 20}, 5000).empty());  // no member on that link
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 5000) == hello::joined);
+  CHECK(t.greet_stray(link{2, 20}, 5100).empty());  // up here: nothing to mend
+  // A stale down of b's link: b never saw a break and keeps sending digests.
+  REQUIRE(t.on_down(link{2, 20}).size() == 1);
+  CHECK(t.greet_stray(link{2, 20}, 6000) == "b");
+  CHECK(t.greet_stray(link{2, 20}, 6000 + table::greet_back_ms - 1).empty());
+  CHECK(t.greet_stray(link{3, 30}, 7000).empty());  // another link: not b
+  CHECK(t.greet_stray(link{2, 20}, 6000 + table::greet_back_ms) == "b");
+  // b answers the greeting (it was `known` there, greet_back): b is up again.
+  CHECK(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 7100) == hello::joined);
+  CHECK(t.greet_stray(link{2, 20}, 9000).empty());
+}
+
 TEST_CASE("a synced member up is one whose sync to this replica may be under way, an unsynced or down one is not",
           "[cluster][membership]") {
   table t("a");
