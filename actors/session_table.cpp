@@ -172,6 +172,7 @@ backend_index session_table::add_op(const std::string& op_id, backend_index back
   auto [it, inserted] = s.map.try_emplace(op_id, op_entry{backend, session, started_wall_ms}, now);
   if (inserted) {
     ops_.fetch_add(1, std::memory_order_relaxed);
+    ++s.per_session[session];
   } else {
     it->second.last_seen.store(now, std::memory_order_relaxed);
     if (it->second.op.started_wall_ms == 0) it->second.op.started_wall_ms = started_wall_ms;
@@ -201,10 +202,18 @@ bool session_table::has_op(const std::string& op_id) const {
   return s.map.count(op_id) != 0;
 }
 
+void session_table::forget_op(op_shard& s, std::unordered_map<std::string, op_slot>::iterator it) {
+  auto n = s.per_session.find(it->second.op.session);
+  if (n != s.per_session.end() && --n->second == 0) s.per_session.erase(n);
+  s.map.erase(it);
+}
+
 bool session_table::erase_op(const std::string& op_id) {
   auto& s = op_shards_[shard_of(op_id)];
   std::unique_lock lock{s.mutex};
-  if (s.map.erase(op_id) == 0) return false;
+  auto it = s.map.find(op_id);
+  if (it == s.map.end()) return false;
+  forget_op(s, it);
   ops_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -216,7 +225,7 @@ std::size_t session_table::expire_ops(clock_ms now, clock_ms ttl_ms, bool keep_l
     for (auto it = s.map.begin(); it != s.map.end();) {
       const auto seen = it->second.last_seen.load(std::memory_order_relaxed);
       if (!(keep_learned && seen == 0) && now - seen >= ttl_ms) {
-        it = s.map.erase(it);
+        forget_op(s, it++);
         ++removed;
       } else {
         ++it;
@@ -289,10 +298,9 @@ void session_table::count_ops(std::unordered_map<std::string, std::size_t>& coun
   if (counts.empty()) return;
   for (const auto& s : op_shards_) {
     std::shared_lock lock{s.mutex};
-    for (const auto& [id, o] : s.map) {
-      auto it = counts.find(o.op.session);
-      if (it != counts.end()) ++it->second;
-    }
+    if (s.per_session.empty()) continue;
+    for (auto& [session, n] : counts)
+      if (auto it = s.per_session.find(session); it != s.per_session.end()) n += it->second;
   }
 }
 

@@ -140,7 +140,9 @@ class session_table {
       const std::function<bool(std::string_view op_id, const op_entry&)>& keep) const;
 
   /// Adds to each entry of `counts` (keyed by session_key::str()) the number
-  /// of indexed operations of that session: one pass over the index.
+  /// of indexed operations of that session: a look-up per shard and session,
+  /// never a pass over the index (an admin look-up of one session costs the
+  /// same at a hundred operations or a million).
   void count_ops(std::unordered_map<std::string, std::size_t>& counts) const;
 
  private:
@@ -164,12 +166,16 @@ class session_table {
     mutable std::shared_mutex mutex;
     Map map;
   };
+  struct op_shard : shard<std::unordered_map<std::string, op_slot>> {
+    std::unordered_map<std::string, std::size_t> per_session;  ///< the map's operations by session
+  };
+  static void forget_op(op_shard& s, std::unordered_map<std::string, op_slot>::iterator it);
   static std::size_t shard_of(std::string_view key);
 
   // Sessions packed (one allocation each): every replica holds every session
   // binding of the cluster. Operations are fewer and carry a string.
   std::array<shard<core::packed_map<session_entry>>, shard_count> session_shards_;
-  std::array<shard<std::unordered_map<std::string, op_slot>>, shard_count> op_shards_;
+  std::array<op_shard, shard_count> op_shards_;
   std::vector<std::atomic<std::size_t>> per_backend_;
   std::atomic<std::size_t> sessions_{0};
   std::atomic<std::size_t> ops_{0};

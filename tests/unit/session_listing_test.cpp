@@ -87,6 +87,23 @@ TEST_CASE("operations list in id order and count per session", "[table][listing]
   CHECK(counts[s1] == 2);
   CHECK(counts[s2] == 1);
   CHECK(counts["other"] == 0);
+
+  // The counts follow erasures and expiry, and an op seen again counts once.
+  t.add_op("op-1", 0, s1, 9);
+  CHECK(t.erase_op("op-3"));
+  CHECK_FALSE(t.erase_op("op-3"));
+  CHECK(t.expire_ops(20, 12) == 1);  // op-2 (seen at 5); op-1 was seen at 9
+  counts = {{s1, 0}, {s2, 0}};
+  t.count_ops(counts);
+  CHECK(counts[s1] == 1);
+  CHECK(counts[s2] == 0);
+  CHECK(t.expire_ops(100, 12) == 1);
+  counts = {{s1, 0}};
+  t.count_ops(counts);
+  CHECK(counts[s1] == 0);
+  t.add_op("op-4", 0, s1, 100);  // a session's count starts again after it fell to 0
+  t.count_ops(counts);
+  CHECK(counts[s1] == 1);
 }
 
 TEST_CASE("listing while other threads bind and erase neither crashes nor repeats a key",
