@@ -525,23 +525,35 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
     clients.back()->set_read_timeout(2);
     clients.back()->set_keep_alive(true);
   }
-  for (int round = 0; round < 1000 && st.clock.now() < heal_ms + 10000; ++round) {
+  std::string last;  // the last disagreement seen, printed when agreement is slow
+  int round = 0;
+  for (; round < 1000 && st.clock.now() < heal_ms + 10000; ++round) {
     bool agree = true;
     for (const auto& s : probes) {
       std::optional<std::string> first;
-      for (auto& c : clients) {
-        auto b = backend_in(*c, s);
+      for (std::size_t k = 0; k < clients.size(); ++k) {
+        auto b = backend_in(*clients[k], s);
         if (!b || (first && *b != *first)) {
           agree = false;
+          last = "session=" + s + " replica=" + admins[k].first + " saw=" + (b ? "'" + *b + "'" : "no answer") +
+                 " before=" + (first ? "'" + *first + "'" : "none") + " at_ms=" +
+                 std::to_string(st.clock.now() - heal_ms);
           break;
         }
         first = b;
       }
       if (!agree) break;
     }
-    if (agree) return st.clock.now() - heal_ms;
+    if (agree) {
+      const auto after = st.clock.now() - heal_ms;
+      if (after > 1000)
+        std::cout << "slow_convergence heal_ms=" << heal_ms << " after_ms=" << after << " rounds=" << round
+                  << " last: " << last << std::endl;
+      return after;
+    }
     std::this_thread::sleep_for(20ms);  // the poll interval
   }
+  std::cout << "no_convergence heal_ms=" << heal_ms << " rounds=" << round << " last: " << last << std::endl;
   return -1;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <istream>
 #include <ostream>
 #include <set>
@@ -19,7 +20,11 @@ using json = nlohmann::json;
 constexpr int code_cancelled = 1, code_deadline = 4, code_internal = 13, code_unavailable = 14;
 /// In the message of scg's operation_unsettled refusal (actors/router_actor.cpp, nobody_knows).
 constexpr const char* unsettled_text = "is not known to any replica heard from";
-constexpr std::size_t max_examples = 20;
+/// Violations printed (SCG_NEMESIS_EXAMPLES=N prints N, e.g. all of a replayed history's).
+std::size_t max_examples() {
+  const char* n = std::getenv("SCG_NEMESIS_EXAMPLES");
+  return n && *n ? std::strtoul(n, nullptr, 10) : 20;
+}
 
 bool is_membership(const std::string& kind) {
   return kind == "kill" || kind == "freeze" || kind == "restart" || kind == "partition" || kind == "split" ||
@@ -52,7 +57,7 @@ struct checker {
   std::set<std::string> changed;  ///< sessions counted in check_sessions (allowed or not)
 
   void example(const std::string& text) {
-    if (r.examples.size() < max_examples) r.examples.push_back(text);
+    if (r.examples.size() < max_examples()) r.examples.push_back(text);
   }
 
   /// Replicas may disagree about membership at `t` (a fault around it).
@@ -179,7 +184,8 @@ struct checker {
       for (const auto& b : backends) names += " " + b;
       if (disagreed) {
         ++r.new_session_disagreements;
-        example("session " + id + ": its first calls at two replicas got two backends:" + names);
+        example("session " + id + " (first call at " + std::to_string(first) +
+                " ms): its first calls at two replicas got two backends:" + names);
       } else {
         ++r.session_changes;
         example("session " + id + " (bound at " + std::to_string(first) + " ms) changed backend:" + names +
