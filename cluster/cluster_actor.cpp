@@ -55,6 +55,7 @@ constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr std::int64_t sync_give_up_ms = 60'000;  // the longest a sync in progress holds readiness back
 constexpr auto sync_recheck = 250ms;              // how often readiness looks again while it waits on one
 constexpr auto dial_interval = 250ms;         // also how long a reachability probe may stay pending
+constexpr auto probe_poll = 25ms;             // how often a round's pending probes are looked at again
 constexpr std::uint64_t resolve_every = 20;  // dial rounds between DNS look-ups of the seeds (5 s)
 constexpr std::uint64_t tombstone_ttl_ms = 10 * 60 * 1000;  // longer than any partition we repair
 // Hinted handoff: the last keys written here (about 10 MB), which reach back
@@ -117,6 +118,7 @@ struct cluster_state {
   std::uint64_t dial_rounds = 0;
   /// Reachability probes under way (reach_probe.hpp), by address, with the dial round that started each.
   std::map<std::string, std::pair<reach_probe, std::uint64_t>> probes;
+  bool probe_poll_scheduled = false;
   bool resolving = false;  // a look-up of the seed names is under way
   // The refresh pass under way (refresh_step), if any, and its work so far.
   caf::actor_addr sync_source;  // until synced: the one peer asked for a full repair
@@ -186,7 +188,7 @@ void apply(cluster_state& st, const entry& e) {
 
 void publish_view(self_ptr self) {
   auto& st = self->state;
-  st.view->set(st.members.view(st.self_address, actors::wall_now_ms()), st.conflicts, st.synced);
+  st.view->set(st.members.view(st.self_address, actors::wall_now_ms(), st.synced), st.conflicts, st.synced);
 }
 
 /// Tells the router who is up (names, their routers and the newest protocol
@@ -554,8 +556,11 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
     case verdict::twin_again:
       break;
     case verdict::known:
-      // It may be greeting because it saw this replica down (see greet_back).
+      // It may be greeting because it saw this replica down (see greet_back)
+      // and took it back: then it counts this replica unsynced, so owning
+      // no keys, until told again (after the greeting, which it takes first).
       if (st.members.greet_back(name, actors::wall_now_ms())) greet(self, sender);
+      if (st.synced && announces_synced(st.members.members().at(name).version)) self->send(sender, synced_atom::value);
       break;
     case verdict::twin:
       greet(self, sender);  // once: so the other one learns of it too
@@ -642,6 +647,8 @@ void connect_to(self_ptr self, const std::string& address, const core::host_port
             });
 }
 
+void watch_probes(self_ptr self);
+
 /// Dials every address due (membership decides which) once a reachability
 /// probe found its port open; a name (not an IP literal) is dialed at once.
 /// A probe still pending a round later lost its SYN (a partition, a frozen
@@ -674,9 +681,25 @@ void dial_due(self_ptr self) {
         st.members.dial_failed(address, actors::wall_now_ms());
         break;
       case reach_probe::state::pending:
-        st.members.dial_dropped(address);  // looked at again next round
+        st.members.dial_dropped(address);  // looked at again (watch_probes)
         break;
     }
+  }
+  watch_probes(self);
+}
+
+/// While a probe of this dial round has not been refused, it is looked at
+/// again every probe_poll: a link that heals is then dialed as soon as a
+/// SYN of this round is answered, not a round later (a round's probes are
+/// started again at the next one).
+void watch_probes(self_ptr self) {
+  auto& st = self->state;
+  if (st.probe_poll_scheduled) return;
+  for (auto& [address, p] : st.probes) {
+    if (p.second != st.dial_rounds || p.first.poll() == reach_probe::state::refused) continue;
+    st.probe_poll_scheduled = true;
+    self->delayed_send(self, probe_poll, probe_atom::value);
+    return;
   }
 }
 
@@ -837,6 +860,13 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         }
         dial_due(self);
         self->delayed_send(self, dial_interval, dial_atom::value);
+      },
+      [=](probe_atom) {
+        auto& st = self->state;
+        st.probe_poll_scheduled = false;
+        for (auto& [address, p] : st.probes)
+          if (p.second == st.dial_rounds && p.first.poll() == reach_probe::state::open) return dial_due(self);
+        watch_probes(self);
       },
       [=](resolved_atom, const std::vector<std::string>& addrs) {
         self->state.resolving = false;

@@ -17,6 +17,7 @@ struct member_info {
   std::int64_t lag_ms = 0;        ///< age of its newest entry when it arrived here
   std::uint32_t protocol = 1;     ///< the newest cluster protocol it speaks (1: v0.1.0, no versioned hello)
   std::string scg_version;        ///< as it announced it; "" when it did not (protocol 1)
+  bool owner = false;             ///< up and its first sync over: it owns keys here (self: this replica's own)
 };
 
 /// A snapshot the cluster actor replaces whole.

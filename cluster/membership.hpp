@@ -256,12 +256,14 @@ class membership {
     for (const auto& [name, m] : members_) out.push_back(m.address);
     return out;
   }
-  /// The admin view's rows: this replica first, then every member.
-  std::vector<member_info> view(const std::string& self_address, std::int64_t now_ms) const {
-    std::vector<member_info> out{{node_name_, self_address, "self", now_ms, 0, self_.protocol, self_.scg_version}};
+  /// The admin view's rows: this replica first (an owner once `self_synced`),
+  /// then every member.
+  std::vector<member_info> view(const std::string& self_address, std::int64_t now_ms, bool self_synced) const {
+    std::vector<member_info> out{
+        {node_name_, self_address, "self", now_ms, 0, self_.protocol, self_.scg_version, self_synced}};
     for (const auto& [name, m] : members_)
       out.push_back({name, m.address, m.up ? "up" : "down", m.last_seen_ms, m.lag_ms, m.version.protocol,
-                     m.version.scg_version});
+                     m.version.scg_version, m.up && m.synced});
     return out;
   }
 

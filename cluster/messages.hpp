@@ -21,6 +21,7 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;            // a repair ta
 using delta_atom = caf::atom_constant<caf::atom("delta")>;        // a peer's local writes, pushed at once
 using flush_atom = caf::atom_constant<caf::atom("flush")>;        // push the outbox
 using dial_atom = caf::atom_constant<caf::atom("dial")>;          // dial the targets not connected
+using probe_atom = caf::atom_constant<caf::atom("probe")>;        // look at this round's reachability probes again
 using ae_atom = caf::atom_constant<caf::atom("ae")>;              // periodic anti-entropy
 using ready_atom = caf::atom_constant<caf::atom("ready")>;        // the sync wait is over
 using refresh_atom = caf::atom_constant<caf::atom("refresh")>;    // the next step of the refresh pass
@@ -53,7 +54,7 @@ using cluster_actor = actors::replication_actor::extend<
     caf::reacts_to<resolved_atom, std::vector<std::string>>,
     // self-addressed
     caf::reacts_to<flush_atom>, caf::reacts_to<dial_atom>, caf::reacts_to<ae_atom>, caf::reacts_to<ready_atom>,
-    caf::reacts_to<refresh_atom>>;
+    caf::reacts_to<refresh_atom>, caf::reacts_to<probe_atom>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {

@@ -301,13 +301,14 @@ std::string cluster_json(const admin_view& view) {
                          {"last_seen_ms_ago", m.last_seen_ms ? now - m.last_seen_ms : -1},
                          {"replication_lag_ms", m.lag_ms},
                          {"protocol", m.protocol},
+                         {"owner", m.owner},
                          // null: a protocol-1 peer (v0.1.0) announces no version
                          {"scg_version", m.scg_version.empty() ? nlohmann::json() : nlohmann::json(m.scg_version)}});
   } else {
     const auto self = cluster::this_build();
     members.push_back({{"name", view.node_name}, {"address", ""}, {"status", "self"},
                        {"last_seen_ms_ago", 0}, {"replication_lag_ms", 0}, {"protocol", self.protocol},
-                       {"scg_version", self.scg_version}});
+                       {"owner", true}, {"scg_version", self.scg_version}});
   }
   return nlohmann::json{{"node", view.node_name},
                         {"synced", view.synced.load()},
@@ -563,8 +564,11 @@ admin_http::admin_http(const std::string& addr, admin_view& view, const config::
            [&view, &tokens](const httplib::Request& req, httplib::Response& res) {
              const std::string name = req.matches[1];
              const bool on = req.matches[2] == "drain";
-             if (!actors::find_backend(view.backends, name))
-               return reply_error(res, 404, "no backend named " + name);
+             const auto b = actors::find_backend(view.backends, name);
+             if (!b) return reply_error(res, 404, "no backend named " + name);
+             // Set here too, so the answer's next GET shows it (`scg drain --wait`
+             // polls at once); the router, which replicates it, may not have run yet.
+             view.backends[*b]->draining = on;
              view.set_draining(name, on);
              auth::admin_caller caller;
              const std::string authorization = req.get_header_value("Authorization");  // the token views it

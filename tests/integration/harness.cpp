@@ -380,7 +380,10 @@ bool cluster_env::wait_for_mesh(std::chrono::milliseconds timeout) {
       }
       std::size_t up = 0;
       auto view = nlohmann::json::parse(body);
-      for (const auto& m : view["members"]) up += m["status"] != "down";
+      // Up, and an owner of keys there (older versions do not say): every
+      // replica agrees who decides new sessions.
+      for (const auto& m : view["members"])
+        up += m["status"] != "down" && (!m.contains("owner") || m["owner"] == true);
       all = all && up == live && http_get(r->admin_port, "/readyz").first == 200;
     }
     if (all) return true;

@@ -142,14 +142,25 @@ TEST_CASE("batches refresh the sender's last seen and lag, and the view lists th
   REQUIRE(t.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 1000) == hello::joined);
   t.on_batch(link{2, 20}, 3000, true, 42);
   t.on_batch(link{2, 20}, 4000, false, 99);  // no entries: lag kept
-  const auto v = t.view("10.0.0.1:7400", 5000);
+  const auto v = t.view("10.0.0.1:7400", 5000, false);
   REQUIRE(v.size() == 2);
   CHECK(v[0].name == "a");
   CHECK(v[0].status == "self");
+  CHECK_FALSE(v[0].owner);  // not synced yet
   CHECK(v[1].name == "b");
   CHECK(v[1].status == "up");
   CHECK(v[1].last_seen_ms == 4000);
   CHECK(v[1].lag_ms == 42);
+  CHECK(v[1].owner);  // a legacy peer never says it synced: it owns keys once up
+  // A peer that announces its sync owns keys only once it said so, and only while up.
+  REQUIRE(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, scg::cluster::this_build(), 5000) ==
+          hello::joined);
+  CHECK_FALSE(t.view("10.0.0.1:7400", 5000, true)[2].owner);
+  CHECK(t.on_synced(link{3, 30}));
+  CHECK(t.view("10.0.0.1:7400", 5000, true)[0].owner);
+  CHECK(t.view("10.0.0.1:7400", 5000, true)[2].owner);
+  REQUIRE(t.on_down(link{3, 30}).size() == 1);
+  CHECK_FALSE(t.view("10.0.0.1:7400", 6000, true)[2].owner);
 }
 
 TEST_CASE("a versioned hello records the peer's protocol, the legacy hello after it changes nothing",
@@ -162,7 +173,7 @@ TEST_CASE("a versioned hello records the peer's protocol, the legacy hello after
   // A peer that sent only the legacy hello is protocol 1, its version unknown.
   CHECK(t.on_hello({3, 30}, "r", false, "c", "10.0.0.3:7400", none, 1000) == hello::joined);
   CHECK(t.members().at("c").version == scg::cluster::legacy_peer());
-  const auto v = t.view("10.0.0.1:7400", 2000);
+  const auto v = t.view("10.0.0.1:7400", 2000, true);
   REQUIRE(v.size() == 3);
   CHECK(v[0].protocol == 2);
   CHECK(v[0].scg_version == "0.2.0");
