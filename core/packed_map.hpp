@@ -72,7 +72,7 @@ class packed_map {
     slots_[hole].reset();
     --used_;
     for (std::size_t j = (hole + 1) & mask; slots_[j]; j = (j + 1) & mask) {
-      const std::size_t home = hash(slots_[j]->key()) & mask;
+      const std::size_t home = home_of(slots_[j]->key());
       const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!stays) {
         slots_[hole] = std::move(slots_[j]);
@@ -127,19 +127,26 @@ class packed_map {
   };
   using item_ptr = std::unique_ptr<item, item_free>;
 
-  static std::size_t hash(std::string_view key) { return std::hash<std::string_view>{}(key); }
+  /// The slot a key's probe starts from: the top bits of its hash times
+  /// 2^64/phi (Fibonacci hashing), so keys whose hashes share their low bits
+  /// (one shard of a table split by hash) still spread over the whole array.
+  std::size_t home_of(std::string_view key) const {
+    const std::uint64_t h = std::hash<std::string_view>{}(key);
+    return static_cast<std::size_t>((h * 0x9e3779b97f4a7c15ULL) >> shift_);
+  }
 
   /// The slot holding `key`, or the empty slot where it would go (there is
   /// always one: the array is at most 3/4 full).
   std::size_t probe(std::string_view key) const {
     const std::size_t mask = slots_.size() - 1;
-    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask)
+    for (std::size_t i = home_of(key);; i = (i + 1) & mask)
       if (!slots_[i] || slots_[i]->key() == key) return i;
   }
 
   void grow() {
     std::vector<item_ptr> old = std::move(slots_);
     slots_ = std::vector<item_ptr>(old.empty() ? 8 : old.size() * 2);
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
     for (auto& it : old)
       if (it) {
         auto& slot = slots_[probe(it->key())];
@@ -149,6 +156,7 @@ class packed_map {
 
   std::vector<item_ptr> slots_;
   std::size_t used_ = 0;
+  unsigned shift_ = 61;  // 64 - log2(slots_.size())
 };
 
 }  // namespace scg::core
