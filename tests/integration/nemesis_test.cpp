@@ -508,7 +508,9 @@ std::optional<std::string> backend_in(httplib::Client& c, const std::string& ses
 }
 
 /// Ms from `heal_ms` until every live replica names the same backend for
-/// each of the recently used sessions; -1 after 10 s.
+/// each of the recently used sessions; -1 after 10 s. Each round asks every
+/// replica at once (a thread each), so a round lasts as long as the slowest
+/// replica's answers, not as long as all of them in turn.
 std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
   std::vector<std::string> probes;
   std::vector<std::pair<std::string, int>> admins;
@@ -528,22 +530,25 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
   std::string last;  // the last disagreement seen, printed when agreement is slow
   int round = 0;
   for (; round < 1000 && st.clock.now() < heal_ms + 10000; ++round) {
+    // seen[k][i]: replica k's backend for probes[i] (nullopt: no answer).
+    std::vector<std::vector<std::optional<std::string>>> seen(clients.size());
+    std::vector<std::thread> askers;
+    for (std::size_t k = 0; k < clients.size(); ++k)
+      askers.emplace_back([&, k] {
+        for (const auto& s : probes) seen[k].push_back(backend_in(*clients[k], s));
+      });
+    for (auto& t : askers) t.join();
     bool agree = true;
-    for (const auto& s : probes) {
-      std::optional<std::string> first;
-      for (std::size_t k = 0; k < clients.size(); ++k) {
-        auto b = backend_in(*clients[k], s);
-        if (!b || (first && *b != *first)) {
-          agree = false;
-          last = "session=" + s + " replica=" + admins[k].first + " saw=" + (b ? "'" + *b + "'" : "no answer") +
-                 " before=" + (first ? "'" + *first + "'" : "none") + " at_ms=" +
-                 std::to_string(st.clock.now() - heal_ms);
-          break;
-        }
-        first = b;
+    for (std::size_t i = 0; i < probes.size() && agree; ++i)
+      for (std::size_t k = 0; k < clients.size() && agree; ++k) {
+        const auto& b = seen[k][i];
+        const auto& first = seen[0][i];
+        if (b && first && *b == *first) continue;
+        agree = false;
+        auto said = [](const std::optional<std::string>& x) { return x ? "'" + *x + "'" : std::string("no answer"); };
+        last = "session=" + probes[i] + " replica=" + admins[k].first + " saw=" + said(b) + " first=" + said(first) +
+               " at_ms=" + std::to_string(st.clock.now() - heal_ms);
       }
-      if (!agree) break;
-    }
     if (agree) {
       const auto after = st.clock.now() - heal_ms;
       if (after > 1000)
