@@ -680,6 +680,10 @@ void dial_due(self_ptr self) {
         st.probes.erase(it);
         st.members.dial_failed(address, actors::wall_now_ms());
         break;
+      case reach_probe::state::unreachable:  // as a lost SYN: a new probe next round, no backoff
+        st.probes.erase(it);
+        st.members.dial_dropped(address);
+        break;
       case reach_probe::state::pending:
         st.members.dial_dropped(address);  // looked at again (watch_probes)
         break;
@@ -688,15 +692,17 @@ void dial_due(self_ptr self) {
   watch_probes(self);
 }
 
-/// While a probe of this dial round has not been refused, it is looked at
-/// again every probe_poll: a link that heals is then dialed as soon as a
-/// SYN of this round is answered, not a round later (a round's probes are
-/// started again at the next one).
+/// While a probe of this dial round is pending (or open and not dialed yet),
+/// it is looked at again every probe_poll: a link that heals is then dialed
+/// as soon as a SYN of this round is answered, not a round later (a round's
+/// probes are started again at the next one).
 void watch_probes(self_ptr self) {
   auto& st = self->state;
   if (st.probe_poll_scheduled) return;
   for (auto& [address, p] : st.probes) {
-    if (p.second != st.dial_rounds || p.first.poll() == reach_probe::state::refused) continue;
+    if (p.second != st.dial_rounds) continue;
+    const auto state = p.first.poll();
+    if (state == reach_probe::state::refused || state == reach_probe::state::unreachable) continue;
     st.probe_poll_scheduled = true;
     self->delayed_send(self, probe_poll, probe_atom::value);
     return;

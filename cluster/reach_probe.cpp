@@ -34,10 +34,21 @@ std::optional<reach_probe> reach_probe::start(const std::string& ip, std::uint16
     p.done_ = state::open;
     p.close_fd();
   } else if (errno != EINPROGRESS) {
-    p.done_ = state::refused;
+    p.done_ = state_of(errno);
     p.close_fd();
   }
   return p;
+}
+
+reach_probe::state reach_probe::state_of(int err) {
+  switch (err) {
+    case 0: return state::open;
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case ETIMEDOUT: return state::unreachable;
+    default: return state::refused;
+  }
 }
 
 reach_probe::state reach_probe::poll() {
@@ -47,7 +58,7 @@ reach_probe::state reach_probe::poll() {
   int err = 0;
   socklen_t len = sizeof(err);
   if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  done_ = err == 0 ? state::open : state::refused;
+  done_ = state_of(err);
   close_fd();
   return *done_;
 }

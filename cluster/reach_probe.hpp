@@ -16,7 +16,13 @@ namespace scg::cluster {
 
 class reach_probe {
  public:
-  enum class state { pending, open, refused };
+  /// refused: the host answered that nothing listens there (retried after a
+  /// backoff); unreachable: no route, or the host did not answer (a
+  /// partition, a peer gone): probed again at the next round, as a lost SYN.
+  enum class state { pending, open, refused, unreachable };
+
+  /// What a connect that ended with `err` (0: it connected) says.
+  static state state_of(int err);
 
   /// A probe of `ip`:`port` under way; nullopt when `ip` is not an IPv4 or
   /// IPv6 literal (a name is dialed without a probe) or no socket could be made.

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -73,4 +74,16 @@ TEST_CASE("a probe takes IP literals only and moves without closing twice", "[cl
   CHECK(settle(moved) == reach_probe::state::open);
   moved = std::move(*v6);  // closes the first socket, takes the second
   CHECK(settle(moved) != reach_probe::state::pending);
+}
+
+TEST_CASE("a connect's error tells a closed port (backoff) from a host not reached (probed again at once)",
+          "[cluster][reach_probe]") {
+  using state = reach_probe::state;
+  CHECK(reach_probe::state_of(0) == state::open);
+  CHECK(reach_probe::state_of(ECONNREFUSED) == state::refused);
+  // A partition: the neighbour's address no longer resolves, or no route, or no answer.
+  CHECK(reach_probe::state_of(EHOSTUNREACH) == state::unreachable);
+  CHECK(reach_probe::state_of(ENETUNREACH) == state::unreachable);
+  CHECK(reach_probe::state_of(ETIMEDOUT) == state::unreachable);
+  CHECK(reach_probe::state_of(EACCES) == state::refused);  // anything else: as a refusal
 }
