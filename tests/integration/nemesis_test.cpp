@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -510,7 +511,8 @@ std::optional<std::string> backend_in(httplib::Client& c, const std::string& ses
 /// Ms from `heal_ms` until every live replica names the same backend for
 /// each of the recently used sessions; -1 after 10 s. Each round asks every
 /// replica at once (a thread each), so a round lasts as long as the slowest
-/// replica's answers, not as long as all of them in turn.
+/// replica's answers, not as long as all of them in turn; each session counts
+/// from the answer that completed its agreement, not from the round's end.
 std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
   std::vector<std::string> probes;
   std::vector<std::pair<std::string, int>> admins;
@@ -528,29 +530,44 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
     clients.back()->set_keep_alive(true);
   }
   std::string last;  // the last disagreement seen, printed when agreement is slow
+  // since[i]: when probes[i] last started to agree (the latest answer of the
+  // round that first agreed since its last disagreement); -1 while it does not.
+  std::vector<std::int64_t> since(probes.size(), -1);
   int round = 0;
   for (; round < 1000 && st.clock.now() < heal_ms + 10000; ++round) {
-    // seen[k][i]: replica k's backend for probes[i] (nullopt: no answer).
+    // seen[k][i]: replica k's backend for probes[i] (nullopt: no answer), at[k][i] when it came.
     std::vector<std::vector<std::optional<std::string>>> seen(clients.size());
+    std::vector<std::vector<std::int64_t>> at(clients.size());
     std::vector<std::thread> askers;
     for (std::size_t k = 0; k < clients.size(); ++k)
       askers.emplace_back([&, k] {
-        for (const auto& s : probes) seen[k].push_back(backend_in(*clients[k], s));
+        for (const auto& s : probes) {
+          seen[k].push_back(backend_in(*clients[k], s));
+          at[k].push_back(st.clock.now());
+        }
       });
     for (auto& t : askers) t.join();
     bool agree = true;
-    for (std::size_t i = 0; i < probes.size() && agree; ++i)
-      for (std::size_t k = 0; k < clients.size() && agree; ++k) {
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+      bool same = true;
+      std::int64_t latest = 0;
+      for (std::size_t k = 0; k < clients.size() && same; ++k) {
         const auto& b = seen[k][i];
         const auto& first = seen[0][i];
+        latest = std::max(latest, at[k][i]);
         if (b && first && *b == *first) continue;
-        agree = false;
+        same = false;
         auto said = [](const std::optional<std::string>& x) { return x ? "'" + *x + "'" : std::string("no answer"); };
         last = "session=" + probes[i] + " replica=" + admins[k].first + " saw=" + said(b) + " first=" + said(first) +
-               " at_ms=" + std::to_string(st.clock.now() - heal_ms);
+               " at_ms=" + std::to_string(at[k][i] - heal_ms);
       }
+      if (!same) since[i] = -1;
+      else if (since[i] < 0) since[i] = latest;
+      agree = agree && same;
+    }
     if (agree) {
-      const auto after = st.clock.now() - heal_ms;
+      // Each session agreed from its own `since` on: the last of them is when all did.
+      const auto after = (probes.empty() ? st.clock.now() : *std::max_element(since.begin(), since.end())) - heal_ms;
       if (after > 1000)
         std::cout << "slow_convergence heal_ms=" << heal_ms << " after_ms=" << after << " rounds=" << round
                   << " last: " << last << std::endl;
