@@ -148,11 +148,7 @@ struct router_settings {
   /// cluster.settle_ms: for this long after the membership changed, an
   /// operation id nobody answers for may live on a replica not heard yet.
   std::int64_t settle_ms = 3000;
-  /// In a cluster: the backend the replicated table binds a key ("s/…",
-  /// "o/…") to, empty when none; called on the router's thread, it reads the
-  /// table under a shared lock instead of asking the cluster actor, whose
-  /// mailbox may hold seconds of repair batches during a sync.
-  std::function<std::string(const std::string&)> replicated_backend;
+  replicated_view replicated;  ///< in a cluster: the replicated table, read-only
 };
 
 /// The session directory: places new sessions, spawns and tracks session

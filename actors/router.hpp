@@ -29,6 +29,17 @@ struct route_result {
   int retry_after_ms = 0;  ///< for a "retry later" refusal: when to try again
 };
 
+/// In a cluster, the router's read-only view of the replicated table; each
+/// function reads it under a shared lock on the router's thread instead of
+/// asking the cluster actor, whose mailbox may hold seconds of repair batches
+/// during a sync. Empty outside a cluster.
+struct replicated_view {
+  /// The backend a live entry binds a key ("s/…", "o/…") to; empty when none.
+  std::function<std::string(const std::string&)> backend;
+  /// Whether the key's entry is a release's tombstone.
+  std::function<bool(const std::string&)> released;
+};
+
 /// Called exactly once with the answer, on an actor thread.
 using route_callback = std::function<void(route_result)>;
 
@@ -38,11 +49,11 @@ class router {
   /// Spawns the router actor and one backend actor per backend. Health
   /// probes and holder searches present `backend_token` (may be empty).
   /// `on_members` hears the number of live replicas (self included) whenever
-  /// it changes, from an actor thread. In a cluster, `replicated_backend`
-  /// answers from the replicated table (router_settings::replicated_backend).
+  /// it changes, from an actor thread. In a cluster, `replicated` reads the
+  /// replicated table.
   router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
          backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members = {},
-         std::function<std::string(const std::string&)> replicated_backend = {});
+         replicated_view replicated = {});
   ~router();
 
   /// Binds a brand-new session (key from session_key::str()) to a backend

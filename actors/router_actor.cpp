@@ -217,7 +217,12 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
 /// The backend the replicated table binds `key` to; empty when none, or
 /// when this replica is not in a cluster.
 std::string replicated(const router_state& st, const std::string& key) {
-  return st.cluster && st.settings.replicated_backend ? st.settings.replicated_backend(key) : std::string();
+  return st.cluster && st.settings.replicated.backend ? st.settings.replicated.backend(key) : std::string();
+}
+
+/// Whether the replicated table holds a release's tombstone for `key`.
+bool released(const router_state& st, const std::string& key) {
+  return st.cluster && st.settings.replicated.released && st.settings.replicated.released(key);
 }
 
 /// Resolves a session this replica has no binding for: the replicated table
@@ -506,6 +511,14 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // A peer bound a clone and tells us, the key's owner, before its client hears of it.
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
+        // Released before the news arrived (it waited out a partition): the
+        // release stands; adopting it would bind a session nobody has.
+        if (released(st, "s/" + key)) {
+          core::bump(core::global_metrics().router_late_decisions_total);
+          spdlog::get("router")->info("late_decision reason=\"a peer's clone binding arrived after the session "
+                                      "was released or expired\"");
+          return std::string();
+        }
         auto r = adopt(self, key, name);
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
@@ -635,7 +648,7 @@ struct router::impl {
 
 router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_ptr<session_table> table,
                backend_list backends, std::string backend_token, std::function<void(std::size_t)> on_members,
-               std::function<std::string(const std::string&)> replicated_backend)
+               replicated_view replicated)
     : impl_(std::make_unique<impl>(impl{sys, cfg.health, cfg.placement, table, backends, {}, {},
                                         std::move(backend_token)})) {
   router_settings s{};
@@ -645,7 +658,7 @@ router::router(caf::actor_system& sys, const config::gateway& cfg, std::shared_p
   s.node_name = cfg.cluster ? cfg.cluster->node_name : std::string();
   s.shed_above = cfg.placement.shed_above;
   s.on_members = std::move(on_members);
-  s.replicated_backend = std::move(replicated_backend);
+  s.replicated = std::move(replicated);
   s.limits = cfg.limits;
   for (const auto& [tenant, names] : cfg.security.tenants.pools) s.pools[tenant] = names;
   s.backend_token = impl_->probe_token;

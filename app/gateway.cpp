@@ -361,9 +361,12 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   };
   // The replicated table, shared by the cluster actor (its writer) and the router.
   auto replicated = cfg.cluster ? std::make_shared<cluster::replicated_table>() : nullptr;
-  std::function<std::string(const std::string&)> replicated_backend;
-  if (replicated) replicated_backend = [replicated](const std::string& key) { return replicated->live_backend(key); };
-  actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), on_members, replicated_backend};
+  actors::replicated_view replicated_reads;
+  if (replicated) {
+    replicated_reads.backend = [replicated](const std::string& key) { return replicated->live_backend(key); };
+    replicated_reads.released = [replicated](const std::string& key) { return replicated->released(key); };
+  }
+  actors::router router{sys, cfg, table, backends, fx.backend_tokens.own_calls(), on_members, replicated_reads};
   fx.backends = backends;
   fx.table = table;
   fx.router = &router;

@@ -214,6 +214,12 @@ void publish_members(self_ptr self) {
   publish_view(self);
 }
 
+/// Tells `peer` that this replica's first sync is over (it owns keys from
+/// now on), when it is and the peer listens for it (protocol 2).
+void tell_synced(self_ptr self, const cluster_actor& peer, const peer_version& theirs) {
+  if (self->state.synced && announces_synced(theirs)) self->send(peer, synced_atom::value);
+}
+
 void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
@@ -223,7 +229,7 @@ void mark_ready(self_ptr self, const char* why) {
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
   for (const auto& [name, m] : st.members.members())
-    if (m.up && announces_synced(m.version)) self->send(m.link, synced_atom::value);
+    if (m.up) tell_synced(self, m.link, m.version);
   publish_members(self);
 }
 
@@ -560,7 +566,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       // and took it back: then it counts this replica unsynced, so owning
       // no keys, until told again (after the greeting, which it takes first).
       if (st.members.greet_back(name, actors::wall_now_ms())) greet(self, sender);
-      if (st.synced && announces_synced(st.members.members().at(name).version)) self->send(sender, synced_atom::value);
+      tell_synced(self, sender, st.members.members().at(name).version);
       break;
     case verdict::twin:
       greet(self, sender);  // once: so the other one learns of it too
@@ -599,7 +605,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       if (!hand_off(self, sender, name, static_cast<bool>(replaced)) && asks_repair_from(self, sender))
         send_digest(self, m);
       const auto& v = m.version;
-      if (st.synced && announces_synced(v)) self->send(sender, synced_atom::value);
+      tell_synced(self, sender, v);
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
       st.membership_changed_ms = actors::wall_now_ms();

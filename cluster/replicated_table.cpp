@@ -153,6 +153,12 @@ std::string replicated_table::live_backend(std::string_view key) const {
   return e.deleted ? std::string() : std::string(e.backend);
 }
 
+bool replicated_table::released(std::string_view key) const {
+  std::shared_lock lock(mutex_);
+  const auto* it = shards_[bucket_of(key)].find(key);
+  return it && view(*it).deleted;
+}
+
 std::vector<entry> replicated_table::bucket_entries(std::size_t b, std::uint64_t subs) const {
   std::vector<entry> out;
   if (b >= digest_buckets || subs == 0) return out;

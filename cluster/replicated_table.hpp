@@ -111,6 +111,9 @@ class replicated_table {
   /// The backend a live entry for `key` names; empty when there is none or
   /// it is a tombstone. Thread-safe (see the class comment).
   std::string live_backend(std::string_view key) const;
+  /// Whether `key`'s entry is a tombstone (released, not yet expired).
+  /// Thread-safe, as live_backend().
+  bool released(std::string_view key) const;
 
   /// The per-bucket hashes: each the XOR of its sub-buckets' (fine()).
   bucket_digest digest() const;
@@ -195,7 +198,7 @@ class replicated_table {
   entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
 
-  mutable std::shared_mutex mutex_;  // shared: live_backend(); exclusive: each change
+  mutable std::shared_mutex mutex_;  // shared: live_backend(), released(); exclusive: each change
   std::array<shard, digest_buckets> shards_;
   std::deque<std::string> names_;  // node names (version.node), by number; views stay valid
   std::unordered_map<std::string, std::uint32_t> name_ids_;

@@ -33,6 +33,7 @@ namespace scg::core {
   X(router_sessions_found_total, "Sessions without a binding found on the server that still held them") \
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
+  X(router_late_decisions_total, "Clone bindings a peer announced after the session was released here: refused") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \

@@ -3,6 +3,8 @@
 //   scg-demo-client HOST:PORT [SESSIONS]
 //   scg-demo-client HOST:PORT --session ID [--user USER]
 //       one Config for session ID; prints "backend=NAME" (exit 0 when OK)
+//   scg-demo-client HOST:PORT --clone PARENT NEW [--user USER]
+//       CloneSession of PARENT to NEW; prints "cloned" (exit 0 when OK)
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -36,11 +38,26 @@ Request for_session(const std::string& session, const std::string& user) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: scg-demo-client HOST:PORT [SESSIONS]\n";
+    std::cerr << "usage: scg-demo-client HOST:PORT [SESSIONS | --session ID | --clone PARENT NEW] [--user USER]\n";
     return 2;
   }
   auto stub = sc::SparkConnectService::NewStub(
       grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  if (argc > 4 && std::string(argv[2]) == "--clone") {
+    const std::string user = argc > 6 && std::string(argv[5]) == "--user" ? argv[6] : "demo";
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto req = for_session<sc::CloneSessionRequest>(argv[3], user);
+    req.set_new_session_id(argv[4]);
+    sc::CloneSessionResponse resp;
+    auto s = stub->CloneSession(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.error_code() << " " << s.error_message() << "\n";
+      return 1;
+    }
+    std::cout << "cloned\n";
+    return 0;
+  }
   if (argc > 3 && std::string(argv[2]) == "--session") {
     const std::string user = argc > 5 && std::string(argv[4]) == "--user" ? argv[5] : "demo";
     grpc::ClientContext ctx;

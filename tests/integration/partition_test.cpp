@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/rendezvous.hpp"
+#include "core/session_key.hpp"
 #include "tests/integration/harness.hpp"
 
 namespace sc = spark::connect;
@@ -14,10 +16,11 @@ using namespace scg::test;
 
 namespace {
 
-std::string cluster_yaml(const std::string& node, const std::string& host, const std::vector<std::string>& seeds) {
+std::string cluster_yaml(const std::string& node, const std::string& host, const std::vector<std::string>& seeds,
+                         const std::string& extra = "") {
   std::string y = "cluster:\n  node_name: " + node + "\n  bind_addr: \"" + host + ":0\"\n  seeds: [";
   for (std::size_t i = 0; i < seeds.size(); ++i) y += (i ? ", \"" : "\"") + seeds[i] + "\"";
-  return y + "]\n  sync_wait_secs: 2\n";
+  return y + "]\n  sync_wait_secs: 2\n" + extra;
 }
 
 /// Config for `session` through a gateway; the backend that answered, "" on failure.
@@ -43,6 +46,17 @@ std::map<std::string, long> counts(const std::string& host, int admin_port) {
   auto j = nlohmann::json::parse(http_get_at(host, admin_port, "/api/v1/backends").second);
   for (const auto& b : j["backends"]) out[b["name"]] = b["sessions"].get<long>();
   return out;
+}
+
+/// The backend replica `admin_port`'s data-path table binds `session` to
+/// (user pat): empty when none, "?" when the listing could not be read.
+std::string listed_backend(const std::string& host, int admin_port, const std::string& session) {
+  auto [code, body] = http_get_at(host, admin_port, "/api/v1/sessions?tenant=default&user=pat&session=" + session);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (code != 200 || j.is_discarded()) return "?";
+  for (const auto& s : j["sessions"])
+    if (s["session_id"] == session) return s["backend"].get<std::string>();
+  return "";
 }
 
 int up_members(const std::string& host, int admin_port) {
@@ -143,4 +157,71 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
   // The two decisions for "split" named different backends: counted.
   CHECK(eventually([&] { return metric_value(r2.admin_port, "scg_cluster_conflicts_total", net.ns_ip()) >= 1; }, 3s));
   CHECK(eventually([&] { return metric_value(r0.admin_port, "scg_cluster_conflicts_total") >= 1; }, 3s));
+}
+
+TEST_CASE("a clone's binding that reaches its owner after the clone was released stays released",
+          "[integration][cluster][partition]") {
+  if (geteuid() != 0) return skip_test("network namespaces need root");
+  auto link = std::make_unique<netns_link>();
+  if (!link->ok()) {
+    link.reset();
+    return skip_test("could not create a network namespace and veth link here");
+  }
+  netns_link& net = *link;
+  temp_dir dir;
+  auto root_a = start_fake(dir, "fake-a", {}, net.host_ip());
+  auto root_b = start_fake(dir, "fake-b", {}, net.host_ip());
+  auto ns_a = start_fake(dir, "fake-a", {}, net.ns_ip(), net.inside());
+  auto ns_b = start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside());
+  // A cut shorter than the connection timeout: nobody is seen down, and what
+  // was sent across waits in TCP's retransmission queue until the heal.
+  const std::string slow_down = "  connection_timeout_ms: 6000\n  heartbeat_interval_ms: 500\n";
+  auto owner = start_gateway(dir, gateway_yaml({&root_a, &root_b}, cluster_yaml("o-0", net.host_ip(), {}, slow_down)),
+                             "o-0");
+  const std::string seed = net.host_ip() + ":" + std::to_string(owner.cluster_port);
+  auto cloner = start_gateway(
+      dir, gateway_yaml({&ns_a, &ns_b}, cluster_yaml("o-1", net.ns_ip(), {seed}, slow_down), net.ns_ip()), "o-1",
+      net.inside());
+  REQUIRE(eventually([&] { return up_members("127.0.0.1", owner.admin_port) == 1 &&
+                                  up_members(net.ns_ip(), cloner.admin_port) == 1; },
+                     10s));
+  // A clone id whose key o-0 owns: o-1 announces the clone to it (decide).
+  std::string child;
+  for (int i = 0; i < 100 && child.empty(); ++i) {
+    const std::string id = "late-clone-" + std::to_string(i);
+    if (scg::core::owner_of(scg::core::session_key{"default", "pat", id}.str(), {"o-0", "o-1"}) == "o-0") child = id;
+  }
+  REQUIRE(!child.empty());
+  REQUIRE(!backend_via(net.ns_ip(), cloner.grpc_port, "late-parent").empty());
+
+  net.cut();
+  // o-1 clones: binds the child, sends its announcement toward o-0 (stuck),
+  // and answers its client after the 1 s it waits for o-0.
+  process clone{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
+                 net.ns_ip() + ":" + std::to_string(cloner.grpc_port), "--clone", "late-parent", child, "--user",
+                 "pat"},
+                dir.file("ns-clone.log")};
+  std::this_thread::sleep_for(500ms);
+  // Meanwhile the child is released through o-0, which never heard of it.
+  auto stub = stub_to(owner.grpc_port);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  sc::ReleaseSessionRequest rel;
+  rel.set_session_id(child);
+  *rel.mutable_user_context() = user("pat");
+  sc::ReleaseSessionResponse rel_resp;
+  REQUIRE(stub->ReleaseSession(&ctx, rel, &rel_resp).ok());
+  CHECK(clone.wait(10s) == 0);
+  net.heal();
+
+  // The announcement arrives after the release: o-0 refuses it (counted)
+  // instead of binding the released session again in its own table.
+  const auto late = [&] { return metric_value(owner.admin_port, "scg_router_late_decisions_total"); };
+  REQUIRE(eventually([&] { return late() >= 1 || !listed_backend("127.0.0.1", owner.admin_port, child).empty(); },
+                     15s));
+  std::this_thread::sleep_for(500ms);
+  CHECK(listed_backend("127.0.0.1", owner.admin_port, child).empty());
+  CHECK(late() == 1);
+  // o-1 learns the release too: no replica binds the child.
+  CHECK(eventually([&] { return listed_backend(net.ns_ip(), cloner.admin_port, child).empty(); }, 5s));
 }

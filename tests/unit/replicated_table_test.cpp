@@ -530,3 +530,23 @@ TEST_CASE("live_backend reads the table from another thread while its owner writ
   CHECK(t.live_backend("s/absent").empty());
   INFO("answers with a backend: " << found.load());
 }
+
+TEST_CASE("released tells a tombstone from a live entry and from no entry", "[replicated_table]") {
+  // The owner refuses a clone announced after its release on this answer.
+  replicated_table t;
+  t.merge(live("s/kept", "b1", ver(10, "n")));
+  t.merge(live("s/gone", "b2", ver(11, "n")));
+  t.erase("s/gone", ver(20, "n"), 1000, 100);
+  CHECK_FALSE(t.released("s/kept"));
+  CHECK(t.released("s/gone"));
+  CHECK(t.live_backend("s/gone").empty());
+  CHECK_FALSE(t.released("s/absent"));
+  // Bound again after the release (a newer write): no longer released.
+  t.merge(live("s/gone", "b1", ver(30, "m")));
+  CHECK_FALSE(t.released("s/gone"));
+  // The tombstone expires: nothing is left to say it was released.
+  t.erase("s/kept", ver(40, "n"), 5, 100);
+  CHECK(t.released("s/kept"));
+  t.expire_tombstones(105);
+  CHECK_FALSE(t.released("s/kept"));
+}
