@@ -173,10 +173,22 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   return {b, {}};
 }
 
-/// A peer named `name` as the session's backend: bind it here too.
+bool released(const router_state& st, const std::string& key);
+
+/// A peer named `name` as the session's backend: bind it here too. Unless
+/// the session was released here meanwhile (the peer's answer or a clone's
+/// announcement crossed the release's tombstone): the call goes there, but
+/// the binding is not kept, or it would outlive the release in this
+/// replica's table alone.
 route_result adopt(self_ptr self, const std::string& key, const std::string& name) {
   auto b = find_backend(self->state.backends, name);
   if (!b) return decide_here(self, key);  // backend lists differ: the cluster actor logs it
+  if (released(self->state, "s/" + key)) {
+    core::bump(core::global_metrics().router_late_bindings_total);
+    spdlog::get("router")->debug("late_binding backend={} reason=\"a peer named the backend of a session "
+                                 "released here since\"", name);
+    return {*b, {}};
+  }
   return {bind(self, key, *b), {}};
 }
 
@@ -511,15 +523,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // A peer bound a clone and tells us, the key's owner, before its client hears of it.
         auto& st = self->state;
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
-        // Released before the news arrived (it waited out a partition): the
-        // release stands; adopting it would bind a session nobody has.
-        if (released(st, "s/" + key)) {
-          core::bump(core::global_metrics().router_late_decisions_total);
-          spdlog::get("router")->info("late_decision reason=\"a peer's clone binding arrived after the session "
-                                      "was released or expired\"");
-          return std::string();
-        }
-        auto r = adopt(self, key, name);
+        auto r = adopt(self, key, name);  // not kept if released meanwhile (the news waited out a partition)
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
       [=](op_find_atom, const std::string& op_id, const route_callback& done) { find_op(self, op_id, done); },

@@ -347,6 +347,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.limiter = &limiter;
   fx.backend_tokens = std::get<auth::backend_credentials>(std::move(tokens));
   fx.limits = cfg.limits;
+  for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
   fx.qualify_users = cfg.security.tenants.qualify_users;
   fx.default_tenant = cfg.security.tenants.default_tenant;
   core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),

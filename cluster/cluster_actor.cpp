@@ -38,6 +38,7 @@
 #include "cluster/write_log.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
+#include "core/throttle.hpp"
 
 namespace scg::cluster {
 
@@ -212,6 +213,15 @@ void publish_members(self_ptr self) {
   self->send(st.router, actors::members_atom::value, std::move(names), std::move(routers), std::move(protocols),
              std::move(owners), st.membership_changed_ms);
   publish_view(self);
+}
+
+/// A peer's message this replica cannot use (another version's, or
+/// malformed): counted, and logged at most once per 10 s with how many were
+/// held back (a peer repeats such a message every round).
+void dropped_message(const std::string& what) {
+  static core::log_throttle throttle;
+  core::bump(core::global_metrics().cluster_messages_dropped_total);
+  if (auto held = throttle.pass(); held >= 0) log().warn("{} held_back={}", what, held);
 }
 
 /// Tells `peer` that this replica's first sync is over (it owns keys from
@@ -762,8 +772,8 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
   });
 
   self->set_default_handler([](caf::scheduled_actor* me, caf::message_view& x) {
-    log().warn("unexpected_message content=\"{}\" reason=\"a peer of another scg version?\"",
-               caf::to_string(x.content()));
+    dropped_message("unexpected_message content=\"" + caf::to_string(x.content()) +
+                    "\" reason=\"a peer of another scg version?\"");
     return caf::drop(me, x);
   });
   publish_members(self);
@@ -803,7 +813,8 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         if (!listening(self)) return caf::skip;
         greet_if_stray(self);
         if (theirs.size() != fine_buckets) {
-          log().warn("digest_refused size={} reason=\"a fine digest has {} hashes\"", theirs.size(), fine_buckets);
+          dropped_message("digest_refused size=" + std::to_string(theirs.size()) + " reason=\"a fine digest has " +
+                          std::to_string(fine_buckets) + " hashes\"");
           return {};
         }
         fine_digest d;

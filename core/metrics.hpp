@@ -33,12 +33,13 @@ namespace scg::core {
   X(router_sessions_found_total, "Sessions without a binding found on the server that still held them") \
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
-  X(router_late_decisions_total, "Clone bindings a peer announced after the session was released here: refused") \
+  X(router_late_bindings_total, "Bindings a peer named after the session was released here: used for the call, not kept") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \
   X(cluster_entries_expired_total, "Replicated bindings deleted after a ttl unused on every replica") \
   X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
   X(cluster_protocol_refused_total, "Peers refused: they speak no cluster protocol version this replica speaks") \
+  X(cluster_messages_dropped_total, "Peer messages dropped: of another scg version, or malformed (unexpected_message, digest_refused)") \
   X(cluster_one_way_greetings_total, "Members greeted because they sent replication to this replica while it counted them down (a one-way split mended)") \
   X(cluster_handoffs_total, "Members back up after a partition or freeze sent the writes made here meanwhile (hinted handoff)") \
   X(cluster_handoff_fallbacks_total, "Members back up repaired by digest alone: the write log no longer reached back to when they were last heard") \

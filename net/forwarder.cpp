@@ -43,6 +43,7 @@
 #include <optional>
 #include <string_view>
 
+#include "actors/placement.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
@@ -615,7 +616,10 @@ class forward_call final : public h2::server_stream,
     if (unsettled && new_here) return finish_local(unsettled->refusal, unsettled->error);
     switch (d.action) {
       case route_action::use: return start_upstream(d.backend);
-      case route_action::any: return start_upstream(any_backend());
+      case route_action::any:
+        if (auto b = any_backend()) return start_upstream(*b);
+        return finish_local(reason::no_backend, "scg: tenant " + identity_.tenant.substr(0, 64) +
+                                                    "'s pool (tenants.pools) names no configured backend");
       case route_action::resolve_op: return fx_.router->find_operation(fields_.operation_id, op_answer_on_worker());
       case route_action::resolve: return fx_.router->resolve(key_, answer_on_worker());
       case route_action::resolve_held:
@@ -676,15 +680,22 @@ class forward_call final : public h2::server_stream,
     start_upstream(*r.backend);
   }
 
-  backend_index any_backend() {
+  /// A call without a session: the next eligible backend its tenant may use
+  /// (tenants.pools), round robin; failing that, one of them anyway (it
+  /// answers for itself); nullopt when the pool names no configured backend.
+  std::optional<backend_index> any_backend() {
     const auto n = fx_.backends.size();
-    if (n == 0) return 0;
+    auto it = fx_.pools.find(identity_.tenant);
+    const auto* pool = it == fx_.pools.end() ? nullptr : &it->second;
     auto start = fx_.cursor.fetch_add(1, std::memory_order_relaxed);
+    std::optional<backend_index> fallback;
     for (std::size_t k = 0; k < n; ++k) {
-      auto i = (start + k) % n;
-      if (actors::eligible(*fx_.backends[i])) return static_cast<backend_index>(i);
+      const auto i = static_cast<backend_index>((start + k) % n);
+      if (!actors::in_pool(pool, fx_.backends[i]->name)) continue;
+      if (actors::eligible(*fx_.backends[i])) return i;
+      if (!fallback) fallback = i;
     }
-    return static_cast<backend_index>(start % n);
+    return fallback;
   }
 
   // --- the backend stream ------------------------------------------------------------

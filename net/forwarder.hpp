@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include <mutex>
@@ -51,6 +52,9 @@ struct forward_context {
   bool qualify_users = true;                  ///< tenants.spark_user_id: qualified
   std::string default_tenant = "default";     ///< tenants.default
   config::limits limits;                      ///< per-tenant bulkheads
+  /// tenants.pools: the backends each tenant may use (none listed: all),
+  /// for calls without a session too.
+  std::map<std::string, std::vector<std::string>, std::less<>> pools;
   execution_ledger executions;                ///< executions by operation (max_executions, max_execution_secs)
   /// An operation with no stream attached for this long is forgotten (Spark
   /// drops a detached execution after 5 minutes).

@@ -214,9 +214,9 @@ TEST_CASE("a clone's binding that reaches its owner after the clone was released
   CHECK(clone.wait(10s) == 0);
   net.heal();
 
-  // The announcement arrives after the release: o-0 refuses it (counted)
-  // instead of binding the released session again in its own table.
-  const auto late = [&] { return metric_value(owner.admin_port, "scg_router_late_decisions_total"); };
+  // The announcement arrives after the release: o-0 does not keep it
+  // (counted) instead of binding the released session again in its table.
+  const auto late = [&] { return metric_value(owner.admin_port, "scg_router_late_bindings_total"); };
   REQUIRE(eventually([&] { return late() >= 1 || !listed_backend("127.0.0.1", owner.admin_port, child).empty(); },
                      15s));
   std::this_thread::sleep_for(500ms);

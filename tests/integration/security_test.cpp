@@ -220,6 +220,16 @@ TEST_CASE("tenants from a header pick their own backend pools - unknown tenants 
   }
   CHECK(used_a == std::set<std::string>{"fake-a1", "fake-a2"});
   CHECK(used_b == std::set<std::string>{"fake-b1"});
+  // A call with no session id is spread over its tenant's pool only.
+  std::set<std::string> unbound_a, unbound_b;
+  for (int i = 0; i < 6; ++i) {
+    auto a = config_with(gw.grpc_port, "", "", "u", {{"x-tenant", "team-a"}});
+    auto b = config_with(gw.grpc_port, "", "", "u", {{"x-tenant", "team-b"}});
+    unbound_a.insert(a.backend);
+    unbound_b.insert(b.backend);
+  }
+  CHECK(unbound_a == std::set<std::string>{"fake-a1", "fake-a2"});
+  CHECK(unbound_b == std::set<std::string>{"fake-b1"});
   // The same session id in two tenants is two sessions.
   auto same_a = config_with(gw.grpc_port, "", "shared", "u", {{"x-tenant", "team-a"}});
   auto same_b = config_with(gw.grpc_port, "", "shared", "u", {{"x-tenant", "team-b"}});
