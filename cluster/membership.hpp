@@ -215,12 +215,21 @@ class membership {
   void add_self_address(const std::string& address) { self_addresses_.insert(address); }
 
   /// The addresses to dial now: not connected, no attempt in flight, not
-  /// us, past their backoff. Each is marked in flight.
+  /// us, past their backoff. Each is marked in flight. A member seen down is
+  /// dialed again by the one of the two whose name sorts first; the other
+  /// waits for its greeting, and dials too only once the member has been
+  /// silent for redial_fallback_ms (the first cannot reach it, or counts it
+  /// up). Both sides dialing at once (after a thaw or a heal) gives CAF two
+  /// connections between the same nodes, and a one-way split followed
+  /// (docs/cluster.md, Known problems).
   std::vector<std::string> dial_now(std::int64_t now_ms) {
+    std::set<std::string> held;
+    for (const auto& [name, m] : members_)
+      if (!m.up && node_name_ > name && now_ms - m.last_seen_ms < redial_fallback_ms) held.insert(m.address);
     std::vector<std::string> out;
     for (auto& [address, t] : targets_) {
       if (t.connected || t.in_flight || self_addresses_.count(address) || now_ms < t.next_attempt_ms) continue;
-      if (!core::parse_host_port(address)) continue;
+      if (!core::parse_host_port(address) || held.count(address)) continue;
       t.in_flight = true;
       out.push_back(address);
     }
@@ -274,6 +283,9 @@ class membership {
 
   static constexpr std::int64_t first_backoff_ms = 250;
   static constexpr std::int64_t greet_back_ms = 1000;
+  /// How long a member seen down waits for the peer whose name sorts first
+  /// to dial it before this replica dials too (dial_now).
+  static constexpr std::int64_t redial_fallback_ms = 5000;
   static constexpr std::int64_t max_backoff_ms = 1000;  // a refusal costs a reachability probe only
   /// How long a refused peer's address waits before it is dialed again.
   static constexpr std::int64_t refused_redial_ms = 30000;

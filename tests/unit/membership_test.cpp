@@ -282,3 +282,30 @@ TEST_CASE("a synced member up is one whose sync to this replica may be under way
   CHECK(t.on_down(link{2, 20}) == std::vector<std::string>{"b"});
   CHECK_FALSE(t.synced_member_up());
 }
+
+TEST_CASE("a member seen down is dialed again by the replica whose name sorts first, the other waits, then dials too",
+          "[cluster][membership]") {
+  // Both sides dialing at once after a thaw gives CAF two connections
+  // between the same nodes (and, seen in the nemesis, a one-way split).
+  table first("a"), second("b");
+  REQUIRE(first.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, 1000) == hello::joined);
+  REQUIRE(second.on_hello({1, 10}, "r", false, "a", "10.0.0.1:7400", none, 1000) == hello::joined);
+  REQUIRE(first.on_down(link{2, 20}).size() == 1);
+  REQUIRE(second.on_down(link{1, 10}).size() == 1);
+  CHECK(first.dial_now(2500) == std::vector<std::string>{"10.0.0.2:7400"});  // "a" dials at once
+  CHECK(second.dial_now(2500).empty());                                       // "b" waits for its greeting
+  CHECK(second.dial_now(1000 + table::redial_fallback_ms - 1).empty());
+  // No greeting within the fallback: "b" dials as well.
+  CHECK(second.dial_now(1000 + table::redial_fallback_ms) == std::vector<std::string>{"10.0.0.1:7400"});
+  // Its greeting brings "a" up on "b" with no dial of "b"'s own.
+  table other("b");
+  REQUIRE(other.on_hello({1, 10}, "r", false, "a", "10.0.0.1:7400", none, 1000) == hello::joined);
+  REQUIRE(other.on_down(link{1, 10}).size() == 1);
+  CHECK(other.dial_now(2000).empty());
+  CHECK(other.on_hello({1, 11}, "r", false, "a", "10.0.0.1:7400", none, 2100) == hello::joined);
+  CHECK(other.dial_now(2200).empty());  // connected
+  // A seed that is no member yet is dialed whatever its name.
+  table fresh("z");
+  fresh.add_target("10.0.0.1:7400");
+  CHECK(fresh.dial_now(0) == std::vector<std::string>{"10.0.0.1:7400"});
+}
