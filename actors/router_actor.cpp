@@ -173,7 +173,16 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   return {b, {}};
 }
 
-bool released(const router_state& st, const std::string& key);
+/// The backend the replicated table binds `key` to; empty when none, or
+/// when this replica is not in a cluster.
+std::string replicated(const router_state& st, const std::string& key) {
+  return st.cluster && st.settings.replicated.backend ? st.settings.replicated.backend(key) : std::string();
+}
+
+/// Whether the replicated table holds a release's tombstone for `key`.
+bool released(const router_state& st, const std::string& key) {
+  return st.cluster && st.settings.replicated.released && st.settings.replicated.released(key);
+}
 
 /// A peer named `name` as the session's backend: bind it here too. Unless
 /// the session was released here meanwhile (the peer's answer or a clone's
@@ -202,10 +211,16 @@ std::vector<std::string> owners(const router_state& st) {
   return all;
 }
 
+/// A wait this much longer than ask_timeout means this replica was stopped
+/// or starved while it waited (a SIGSTOP), not that the peer was silent.
+constexpr auto stalled_after = ask_timeout + std::chrono::milliseconds(300);
+
 /// The key's owner decides a new session; this replica decides only when it
 /// owns the key, or when the owner does not answer (the merge resolves any
-/// conflict, counted).
-void decide_via_owner(self_ptr self, const std::string& key, route_callback done) {
+/// conflict, counted). A time-out that fired only because this replica was
+/// frozen past it asks again, once: the owner likely answered meanwhile,
+/// and deciding here would bind the session a second time.
+void decide_via_owner(self_ptr self, const std::string& key, route_callback done, bool asked_again = false) {
   auto& st = self->state;
   const auto all = owners(st);
   auto owner = core::owner_of(key, all);
@@ -220,21 +235,14 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
             if (name.empty()) return done(decide_here(self, key));
             done(adopt(self, key, name));
           },
-          [=](const caf::error&) {
+          [=, asked = now_ms()](const caf::error&) {
+            if (!asked_again && now_ms() - asked > stalled_after.count()) {
+              core::bump(core::global_metrics().router_owner_asked_again_total);
+              return decide_via_owner(self, key, done, true);
+            }
             core::bump(core::global_metrics().router_owner_unreachable_total);
             done(decide_here(self, key));
           });
-}
-
-/// The backend the replicated table binds `key` to; empty when none, or
-/// when this replica is not in a cluster.
-std::string replicated(const router_state& st, const std::string& key) {
-  return st.cluster && st.settings.replicated.backend ? st.settings.replicated.backend(key) : std::string();
-}
-
-/// Whether the replicated table holds a release's tombstone for `key`.
-bool released(const router_state& st, const std::string& key) {
-  return st.cluster && st.settings.replicated.released && st.settings.replicated.released(key);
 }
 
 /// Resolves a session this replica has no binding for: the replicated table

@@ -111,6 +111,18 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
 }
 
+bool session_table::rebind_if_bound(const std::string& key, backend_index backend) {
+  auto& s = session_shards_[shard_of(key)];
+  std::unique_lock lock{s.mutex};
+  auto* found = s.map.find(key);
+  if (!found || found->value.backend == backend) return false;
+  if (found->value.backend < per_backend_.size())
+    per_backend_[found->value.backend].fetch_sub(1, std::memory_order_relaxed);
+  found->value.backend = backend;
+  if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 std::optional<clock_ms> session_table::session_last_seen(std::string_view key) const {
   auto& s = session_shards_[shard_of(key)];
   std::shared_lock lock{s.mutex};

@@ -58,6 +58,10 @@ class session_table {
   /// that won over a local one).
   void set_session(const std::string& key, backend_index backend, clock_ms now);
 
+  /// Binds `key` to `backend` if it is bound to another one, keeping its
+  /// last use; never binds a key that is not bound. True when it changed.
+  bool rebind_if_bound(const std::string& key, backend_index backend);
+
   /// Last-seen time of `key`, nullopt when unbound.
   std::optional<clock_ms> session_last_seen(std::string_view key) const;
 

@@ -368,6 +368,12 @@ void write_local(self_ptr self, entry e) {
                                   static_cast<std::uint64_t>(actors::wall_now_ms()))
                 : st.table->put(e.key, e.backend, e.session, {now, st.cfg.node_name}, e.started_ms);
   st.written.add(e.key, static_cast<std::int64_t>(now.wall_ms));
+  // The router bound the session before this write reached us; an older
+  // entry merged meanwhile (a peer's decision, handed off after a thaw) may
+  // have rebound it in the data path. The write in force binds it again.
+  if (!in_force.deleted && in_force.ver.node == st.cfg.node_name && in_force.key.rfind("s/", 0) == 0)
+    if (auto b = actors::find_backend(st.backends, in_force.backend))
+      st.sessions->rebind_if_bound(in_force.key.substr(2), *b);
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
     st.flush_scheduled = true;

@@ -88,6 +88,23 @@ TEST_CASE("a replicated decision overrides a local binding and moves the count",
   CHECK(t.sessions_per_backend(SIZE_MAX) == std::vector<std::size_t>{1, 1});
 }
 
+TEST_CASE("a local decision that won rebinds a session an older merge moved, never one released", "[table]") {
+  // The router bound "k" to 0; a peer's older entry, merged before the
+  // router's write reached the cluster actor, moved it to 1.
+  session_table t{2};
+  t.bind_session("k", 0, 42);
+  t.set_session("k", 1, 0);
+  CHECK(t.rebind_if_bound("k", 0));
+  CHECK(t.session_last_seen("k") == 42);  // its last use stays
+  CHECK(t.sessions_per_backend(SIZE_MAX) == std::vector<std::size_t>{1, 0});
+  CHECK_FALSE(t.rebind_if_bound("k", 0));  // already there
+  // Released meanwhile: the write that arrives late binds nothing again.
+  REQUIRE(t.erase_session("k"));
+  CHECK_FALSE(t.rebind_if_bound("k", 1));
+  CHECK_FALSE(t.session_last_seen("k"));
+  CHECK(t.session_count() == 0);
+}
+
 TEST_CASE("a server's answer to a holder search says whether it holds the session", "[holder]") {
   using namespace scg::actors;
   CHECK(classify_holder_answer(13, "[INVALID_HANDLE.OPERATION_NOT_FOUND] The operation ...") == holder_answer::holds);
