@@ -50,6 +50,7 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;          // a self-addr
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // the next step of a sweep
 using probe_atom = caf::atom_constant<caf::atom("probe")>;        // time to probe the backend
 using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's outcome
+using confirm_atom = caf::atom_constant<caf::atom("confirm")>;    // is an owner's decision replicated here yet?
 
 /// What a replica's cluster actor takes from its router (cluster/messages.hpp
 /// extends it with what replicas send each other).
@@ -102,6 +103,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<forget_atom, std::string>,                                         // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1
+    caf::reacts_to<confirm_atom, std::string, std::string>,  // key, the backend its owner named
     caf::reacts_to<tick_atom>, caf::reacts_to<sweep_atom>>;
 
 /// One session with live operations (spawned by the router).

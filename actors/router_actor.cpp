@@ -211,6 +211,11 @@ std::vector<std::string> owners(const router_state& st) {
   return all;
 }
 
+/// How long after an owner's answer its write must be in the replicated
+/// table here (a delta takes about 5 to 10 ms) before this replica writes
+/// the binding itself.
+constexpr auto confirm_after = std::chrono::milliseconds(200);
+
 /// A wait this much longer than ask_timeout means this replica was stopped
 /// or starved while it waited (a SIGSTOP), not that the peer was silent.
 constexpr auto stalled_after = ask_timeout + std::chrono::milliseconds(300);
@@ -233,7 +238,11 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
             // No answer: the owner found no backend, or (before 0.2.0) it was
             // shutting down. This replica decides; with no backend it says so.
             if (name.empty()) return done(decide_here(self, key));
-            done(adopt(self, key, name));
+            auto r = adopt(self, key, name);
+            // The owner replicates its decision; should it die or freeze
+            // before that leaves it, this replica writes it (confirm_atom).
+            if (r.backend) self->delayed_send(self, confirm_after, confirm_atom::value, key, name);
+            done(r);
           },
           [=, asked = now_ms()](const caf::error&) {
             if (!asked_again && now_ms() - asked > stalled_after.count()) {
@@ -453,6 +462,19 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         self->request(owner_router, ask_timeout, decide_atom::value, key, name)
             .then([=](const std::string& in_force) { bind_found(in_force.empty() ? name : in_force); },
                   [=](const caf::error&) { bind_found(name); });
+      },
+      [=](confirm_atom, const std::string& key, const std::string& name) {
+        // An owner's answer, bound here a moment ago: if its write has not
+        // arrived (the owner died or froze right after deciding), nor any
+        // newer write or release, this replica writes the binding, so the
+        // others know it too and do not decide it again.
+        auto& st = self->state;
+        const auto full = "s/" + key;
+        if (!replicated(st, full).empty() || released(st, full)) return;
+        auto b = st.table->session_backend(key);
+        if (!b || st.backends[*b]->name != name) return;  // released or rebound here meanwhile
+        core::bump(core::global_metrics().router_decisions_confirmed_total);
+        replicate_put(self, full, name);
       },
       [=](decide_atom, const std::string& key) -> caf::result<std::string> {
         // A peer asks us, the key's owner, to decide.

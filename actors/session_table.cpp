@@ -111,6 +111,14 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
 }
 
+std::optional<backend_index> session_table::session_backend(std::string_view key) const {
+  auto& s = session_shards_[shard_of(key)];
+  std::shared_lock lock{s.mutex};
+  auto* it = s.map.find(key);
+  if (!it) return std::nullopt;
+  return it->value.backend;
+}
+
 bool session_table::rebind_if_bound(const std::string& key, backend_index backend) {
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};

@@ -58,6 +58,9 @@ class session_table {
   /// that won over a local one).
   void set_session(const std::string& key, backend_index backend, clock_ms now);
 
+  /// The backend bound to `key`, without refreshing its last-seen time.
+  std::optional<backend_index> session_backend(std::string_view key) const;
+
   /// Binds `key` to `backend` if it is bound to another one, keeping its
   /// last use; never binds a key that is not bound. True when it changed.
   bool rebind_if_bound(const std::string& key, backend_index backend);

@@ -34,6 +34,7 @@ namespace scg::core {
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
   X(router_owner_asked_again_total, "New sessions whose owner was asked again: this replica was frozen past the ask's time-out") \
+  X(router_decisions_confirmed_total, "Owners' decisions this replica wrote itself: the owner's write had not arrived 200 ms after its answer") \
   X(router_late_bindings_total, "Bindings a peer named after the session was released here: used for the call, not kept") \
   X(cluster_entries_merged_total, "Replicated entries from peers that changed this replica")     \
   X(cluster_conflicts_total, "Concurrent decisions for one key that named different backends") \

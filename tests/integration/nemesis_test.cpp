@@ -272,8 +272,14 @@ class client {
     if (!ch) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      // Back within 100-500 ms of a replica's restart, but each connection
+      // attempt may take up to 2 s (gRPC's minimum connect time-out is the
+      // minimum backoff; clients' default is 20 s): at 100 ms, a replica
+      // whose machine was saturated by a peer's full sync failed calls with
+      // "timed out before receiving SETTINGS frame", a client's limit, not
+      // the replica's.
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
       ch = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
     }

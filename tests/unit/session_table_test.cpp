@@ -94,14 +94,17 @@ TEST_CASE("a local decision that won rebinds a session an older merge moved, nev
   session_table t{2};
   t.bind_session("k", 0, 42);
   t.set_session("k", 1, 0);
+  CHECK(t.session_backend("k") == 1u);
   CHECK(t.rebind_if_bound("k", 0));
-  CHECK(t.session_last_seen("k") == 42);  // its last use stays
+  CHECK(t.session_backend("k") == 0u);
+  CHECK(t.session_last_seen("k") == 42);  // its last use stays, session_backend did not refresh it
   CHECK(t.sessions_per_backend(SIZE_MAX) == std::vector<std::size_t>{1, 0});
   CHECK_FALSE(t.rebind_if_bound("k", 0));  // already there
   // Released meanwhile: the write that arrives late binds nothing again.
   REQUIRE(t.erase_session("k"));
   CHECK_FALSE(t.rebind_if_bound("k", 1));
   CHECK_FALSE(t.session_last_seen("k"));
+  CHECK_FALSE(t.session_backend("k"));
   CHECK(t.session_count() == 0);
 }
 
