@@ -59,6 +59,31 @@ std::string listed_backend(const std::string& host, int admin_port, const std::s
   return "";
 }
 
+/// The test's network namespace and veth link, or null when it cannot be
+/// made here (the test is skipped, its reason said).
+std::unique_ptr<netns_link> link_or_skip() {
+  if (geteuid() != 0) {
+    skip_test("network namespaces need root");
+    return nullptr;
+  }
+  auto link = std::make_unique<netns_link>();
+  if (link->ok()) return link;
+  link.reset();  // its namespace and veth pair go before a skip's exit
+  skip_test("could not create a network namespace and veth link here");
+  return nullptr;
+}
+
+/// Backends fake-a and fake-b on each side of `net`: replicas name backends
+/// to each other, so both sides keep serving through a partition.
+struct both_sides {
+  fake_spark root_a, root_b, ns_a, ns_b;
+  both_sides(const temp_dir& dir, const netns_link& net)
+      : root_a(start_fake(dir, "fake-a", {}, net.host_ip())),
+        root_b(start_fake(dir, "fake-b", {}, net.host_ip())),
+        ns_a(start_fake(dir, "fake-a", {}, net.ns_ip(), net.inside())),
+        ns_b(start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside())) {}
+};
+
 int up_members(const std::string& host, int admin_port) {
   auto [code, body] = http_get_at(host, admin_port, "/api/v1/cluster");
   if (code != 200) return -1;
@@ -72,20 +97,12 @@ int up_members(const std::string& host, int admin_port) {
 
 TEST_CASE("a partitioned replica serves its side, and the cluster agrees again after the link returns",
           "[integration][cluster][partition]") {
-  if (geteuid() != 0) return skip_test("network namespaces need root");
-  auto link = std::make_unique<netns_link>();
-  if (!link->ok()) {
-    link.reset();  // its namespace and veth pair go before the exit
-    return skip_test("could not create a network namespace and veth link here");
-  }
+  auto link = link_or_skip();
+  if (!link) return;
   netns_link& net = *link;
   temp_dir dir;
-  // Each side has its own copy of backends fake-a and fake-b: replicas name
-  // backends to each other, so both sides keep serving through a partition.
-  auto root_a = start_fake(dir, "fake-a", {}, net.host_ip());
-  auto root_b = start_fake(dir, "fake-b", {}, net.host_ip());
-  auto ns_a = start_fake(dir, "fake-a", {}, net.ns_ip(), net.inside());
-  auto ns_b = start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside());
+  both_sides fakes(dir, net);
+  auto &root_a = fakes.root_a, &root_b = fakes.root_b, &ns_a = fakes.ns_a, &ns_b = fakes.ns_b;
 
   auto root_yaml = [&](const std::string& node, const std::vector<std::string>& seeds) {
     // Clients reach root-side replicas on loopback; peers on the veth address.
@@ -161,18 +178,12 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
 
 TEST_CASE("a clone's binding that reaches its owner after the clone was released stays released",
           "[integration][cluster][partition]") {
-  if (geteuid() != 0) return skip_test("network namespaces need root");
-  auto link = std::make_unique<netns_link>();
-  if (!link->ok()) {
-    link.reset();
-    return skip_test("could not create a network namespace and veth link here");
-  }
+  auto link = link_or_skip();
+  if (!link) return;
   netns_link& net = *link;
   temp_dir dir;
-  auto root_a = start_fake(dir, "fake-a", {}, net.host_ip());
-  auto root_b = start_fake(dir, "fake-b", {}, net.host_ip());
-  auto ns_a = start_fake(dir, "fake-a", {}, net.ns_ip(), net.inside());
-  auto ns_b = start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside());
+  both_sides fakes(dir, net);
+  auto &root_a = fakes.root_a, &root_b = fakes.root_b, &ns_a = fakes.ns_a, &ns_b = fakes.ns_b;
   // A cut shorter than the connection timeout: nobody is seen down, and what
   // was sent across waits in TCP's retransmission queue until the heal.
   const std::string slow_down = "  connection_timeout_ms: 6000\n  heartbeat_interval_ms: 500\n";
