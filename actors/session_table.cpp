@@ -100,14 +100,17 @@ void session_table::set_session(const std::string& key, backend_index backend, c
   auto& s = session_shards_[shard_of(key)];
   std::unique_lock lock{s.mutex};
   auto [it, inserted] = s.map.try_emplace(key, 0, backend, now);
-  if (inserted) {
-    count_new_session(key);
-  } else {
-    if (it->value.backend == backend) return;
-    if (it->value.backend < per_backend_.size())
-      per_backend_[it->value.backend].fetch_sub(1, std::memory_order_relaxed);
-    it->value.backend = backend;
+  if (!inserted) {
+    if (it->value.backend != backend) move_session(it->value, backend);
+    return;
   }
+  count_new_session(key);
+  if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
+}
+
+void session_table::move_session(session_entry& entry, backend_index backend) {
+  if (entry.backend < per_backend_.size()) per_backend_[entry.backend].fetch_sub(1, std::memory_order_relaxed);
+  entry.backend = backend;
   if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -124,10 +127,7 @@ bool session_table::rebind_if_bound(const std::string& key, backend_index backen
   std::unique_lock lock{s.mutex};
   auto* found = s.map.find(key);
   if (!found || found->value.backend == backend) return false;
-  if (found->value.backend < per_backend_.size())
-    per_backend_[found->value.backend].fetch_sub(1, std::memory_order_relaxed);
-  found->value.backend = backend;
-  if (backend < per_backend_.size()) per_backend_[backend].fetch_add(1, std::memory_order_relaxed);
+  move_session(found->value, backend);
   return true;
 }
 

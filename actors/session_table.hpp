@@ -177,6 +177,8 @@ class session_table {
     std::unordered_map<std::string, std::size_t> per_session;  ///< the map's operations by session
   };
   static void forget_op(op_shard& s, std::unordered_map<std::string, op_slot>::iterator it);
+  /// Moves `entry` to `backend`, and its count with it (its shard locked).
+  void move_session(session_entry& entry, backend_index backend);
   static std::size_t shard_of(std::string_view key);
 
   // Sessions packed (one allocation each): every replica holds every session
