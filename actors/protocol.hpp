@@ -51,13 +51,16 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // the next st
 using probe_atom = caf::atom_constant<caf::atom("probe")>;        // time to probe the backend
 using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's outcome
 using confirm_atom = caf::atom_constant<caf::atom("confirm")>;    // is an owner's decision replicated here yet?
+using leave_atom = caf::atom_constant<caf::atom("leave")>;        // SIGTERM: hand the last writes to the peers
 
 /// What a replica's cluster actor takes from its router (cluster/messages.hpp
 /// extends it with what replicas send each other).
 using replication_actor = caf::typed_actor<
     caf::reacts_to<put_atom, std::string, std::string, std::string, std::uint64_t>,  // key, value, session, started wall ms or 0
     caf::reacts_to<erase_atom, std::string>,                                          // key
-    caf::reacts_to<backend_atom, std::string>>;                    // name: re-apply what peers said of it
+    caf::reacts_to<backend_atom, std::string>,                     // name: re-apply what peers said of it
+    // the last writes pushed to every up peer and acknowledged: peers, peers that acknowledged
+    caf::replies_to<leave_atom>::with<std::uint32_t, std::uint32_t>>;
 
 /// What a router takes from other replicas' routers (remote: the handles
 /// travel as caf::actor in the cluster protocol and are cast to this). The
@@ -84,6 +87,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<op_done_atom, std::string, std::string>,  // key, op id
     caf::reacts_to<release_atom, std::string>,               // key
     caf::reacts_to<closing_atom>,
+    caf::replies_to<leave_atom>::with<std::uint32_t, std::uint32_t>,  // as the cluster actor's; peers answered elsewhere
     caf::reacts_to<drain_atom, std::string, bool>,  // backend name, on
     caf::reacts_to<backend_atom, std::string>,      // backend name
     caf::reacts_to<activity_atom, std::string, std::string>,  // backend name, encode_activity ("" retracts)

@@ -3,6 +3,8 @@
 // non-blocking send; answers come back through a callback (which the call
 // posts to its own worker), so a data-plane worker never waits on an actor.
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -93,6 +95,19 @@ class router {
 
   /// Stops taking new sessions (SIGTERM drain).
   void stop_new_sessions() const;
+
+  /// What leave_cluster saw: the peers up, those that acknowledged every
+  /// last write, and why it did not finish (empty when it did).
+  struct leave_result {
+    std::uint32_t peers = 0;
+    std::uint32_t acknowledged = 0;
+    std::string error;
+  };
+
+  /// SIGTERM, after the drain: stops deciding new sessions for peers and
+  /// pushes this replica's last writes to every up peer, waiting (at most
+  /// `timeout`) until each has merged them.
+  leave_result leave_cluster(std::chrono::milliseconds timeout) const;
 
   /// Drains (`on`) or undrains backend `name` on every replica: a draining
   /// backend takes no new sessions; its sessions and operations continue.

@@ -29,6 +29,9 @@ struct router_state {
   /// The idle-session sweep under way: the next bucket of `sessions` it looks at.
   std::optional<std::size_t> sweep_bucket;
   bool accepting = true;
+  /// SIGTERM's drain is over and the last writes are going to the peers:
+  /// peers decide their new sessions themselves (see leave_atom).
+  bool leaving = false;
   /// This replica's sessions; the actor is null while a session is idle
   /// (no live operations): an idle session costs its key here and its binding.
   std::unordered_map<std::string, session_actor> sessions;
@@ -479,6 +482,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
       [=](decide_atom, const std::string& key) -> caf::result<std::string> {
         // A peer asks us, the key's owner, to decide.
         auto& st = self->state;
+        if (st.leaving) return caf::make_error(caf::sec::request_receiver_down);
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
         const auto name = replicated(st, "s/" + key);
         const auto r = name.empty() ? decide_here(self, key, true, true) : adopt(self, key, name);
@@ -549,9 +553,10 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
                     done({backend, {}});
                   });
       },
-      [=](decide_atom, const std::string& key, const std::string& name) -> std::string {
+      [=](decide_atom, const std::string& key, const std::string& name) -> caf::result<std::string> {
         // A peer bound a clone and tells us, the key's owner, before its client hears of it.
         auto& st = self->state;
+        if (st.leaving) return caf::make_error(caf::sec::request_receiver_down);
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
         auto r = adopt(self, key, name);  // not kept if released meanwhile (the news waited out a partition)
         return r.backend ? st.backends[*r.backend]->name : std::string();
@@ -612,6 +617,18 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
           it->second = nullptr;
       },
       [=](closing_atom) { self->state.accepting = false; },
+      [=](leave_atom) -> caf::result<std::uint32_t, std::uint32_t> {
+        // SIGTERM, the drain over. A decision taken for a peer from now on
+        // might not leave this replica before it exits, and the asker alone
+        // would know it: peers are refused and decide themselves (as when an
+        // owner is unreachable). The cluster actor gets this after every write
+        // sent before it, and pushes them all to the peers.
+        auto& st = self->state;
+        st.accepting = false;
+        st.leaving = true;
+        if (!st.cluster) return {std::uint32_t{0}, std::uint32_t{0}};
+        return self->delegate(st.cluster, leave_atom::value);
+      },
       [=](backend_atom, const std::string& name) {
         // A backend joined the running set: the cluster re-applies its entries.
         if (self->state.cluster) self->send(self->state.cluster, backend_atom::value, name);
@@ -749,6 +766,19 @@ void router::session_released(std::string key) const {
 const router_ref& router::actor() const { return impl_->actor; }
 
 void router::stop_new_sessions() const { caf::anon_send(impl_->actor.handle, closing_atom::value); }
+
+router::leave_result router::leave_cluster(std::chrono::milliseconds timeout) const {
+  leave_result r;
+  caf::scoped_actor self{impl_->sys};
+  self->request(impl_->actor.handle, timeout, leave_atom::value)
+      .receive(
+          [&](std::uint32_t peers, std::uint32_t acknowledged) {
+            r.peers = peers;
+            r.acknowledged = acknowledged;
+          },
+          [&](const caf::error& e) { r.error = impl_->sys.render(e); });
+  return r;
+}
 
 void router::publish_activity(std::string name, std::string report) const {
   caf::anon_send(impl_->actor.handle, activity_atom::value, std::move(name), std::move(report));

@@ -434,6 +434,17 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
     log->info("draining signal={} deadline_secs={}", sig, cfg.shutdown.deadline_secs);
     door.shutdown(std::chrono::system_clock::now() +
                   std::chrono::seconds(cfg.shutdown.deadline_secs));
+    if (cfg.cluster) {
+      // Writes of the last moments (a decision for a peer, a release) would
+      // otherwise die with this process, known to one replica or none.
+      const auto left = router.leave_cluster(std::chrono::seconds(2));
+      if (!left.error.empty() || left.acknowledged < left.peers)
+        log->warn("left_cluster peers={} acknowledged={} reason=\"{}\"", left.peers, left.acknowledged,
+                  left.error.empty() ? "a peer did not take the last writes in time: the ones it lacks are lost"
+                                     : left.error);
+      else
+        log->info("left_cluster peers={} acknowledged={}", left.peers, left.acknowledged);
+    }
     log->info("stopped");
   } catch (const std::exception& e) {
     log->error("startup_failed reason=\"{}\"", e.what());

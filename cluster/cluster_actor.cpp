@@ -46,10 +46,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto flush_delay = 5ms;           // micro-batch window for deltas
+constexpr auto default_flush_delay = 5ms;   // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 4096;    // entries per repair or delta message, at most
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr auto repair_timeout = 30s;        // for the peer to take one
+constexpr auto leave_timeout = 1500ms;      // for each peer to take the last writes at SIGTERM
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
@@ -359,6 +360,20 @@ std::vector<std::vector<entry>> in_parts(std::vector<entry> batch) {
   return parts;
 }
 
+/// The micro-batch window. The test-only environment variable
+/// SCG_TEST_FLUSH_DELAY_MS holds writes longer, so a test can stop a replica
+/// while writes wait in its outbox (tests/integration/cluster_test.cpp); it
+/// is no setting and no contract.
+std::chrono::milliseconds flush_delay() {
+  static const auto delay = [] {
+    const char* n = std::getenv("SCG_TEST_FLUSH_DELAY_MS");
+    char* end = nullptr;
+    const auto ms = n ? std::strtoul(n, &end, 10) : 0;
+    return n && end != n && *end == '\0' && ms < 600'000 ? std::chrono::milliseconds(ms) : default_flush_delay;
+  }();
+  return delay;
+}
+
 /// Versions and applies a local write, and queues it for the peers.
 void write_local(self_ptr self, entry e) {
   auto& st = self->state;
@@ -377,8 +392,38 @@ void write_local(self_ptr self, entry e) {
   st.outbox.push_back(in_force);
   if (!st.flush_scheduled) {
     st.flush_scheduled = true;
-    self->delayed_send(self, flush_delay, flush_atom::value);
+    self->delayed_send(self, flush_delay(), flush_atom::value);
   }
+}
+
+/// SIGTERM, the drain over: the outbox goes to every up peer at once, as an
+/// entries request each peer acknowledges. A peer takes messages from one
+/// sender in order, so its ack also covers every delta sent before. The
+/// answer: the peers up, and those that acknowledged every part.
+caf::result<std::uint32_t, std::uint32_t> leave(self_ptr self) {
+  auto& st = self->state;
+  std::vector<cluster_actor> peers;
+  for (const auto& [name, m] : st.members.members())
+    if (m.up) peers.push_back(m.link);
+  const auto parts = in_parts(std::move(st.outbox));  // one part, maybe empty, at least
+  st.outbox.clear();
+  auto rp = self->make_response_promise<std::uint32_t, std::uint32_t>();
+  struct tally {
+    std::size_t pending;
+    std::vector<std::size_t> acked;  // parts, by peer
+  };
+  auto t = std::make_shared<tally>(tally{peers.size() * parts.size(), std::vector<std::size_t>(peers.size())});
+  auto answer = [=, n = parts.size()]() mutable {
+    if (--t->pending > 0) return;
+    const auto whole = std::count(t->acked.begin(), t->acked.end(), n);
+    rp.deliver(static_cast<std::uint32_t>(peers.size()), static_cast<std::uint32_t>(whole));
+  };
+  if (peers.empty()) rp.deliver(std::uint32_t{0}, std::uint32_t{0});
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    for (const auto& part : parts)
+      self->request(peers[i], leave_timeout, entries_atom::value, part, false)
+          .then([=](ack_atom) mutable { ++t->acked[i], answer(); }, [=](const caf::error&) mutable { answer(); });
+  return rp;
 }
 
 /// Keeps in-use bindings alive cluster-wide and deletes abandoned ones: an
@@ -853,6 +898,10 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](actors::erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
+      },
+
+      [=](actors::leave_atom) -> caf::result<std::uint32_t, std::uint32_t> {
+        return leave(self);
       },
 
       // --- timers -------------------------------------------------------------

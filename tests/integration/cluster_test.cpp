@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
 
 #include <csignal>
@@ -476,6 +477,37 @@ TEST_CASE("a clustered replica drains and exits 0 on SIGTERM - its peer sees it 
     return false;
   };
   CHECK(eventually(down, 5s));
+}
+
+TEST_CASE("a replica stopped by SIGTERM hands its last writes to its peers before it exits", "[integration][cluster]") {
+  cluster_env env(1);
+  auto& stays = *env.replicas[0];
+  // Test-only: the leaving replica holds its writes 60 s instead of 5 ms, so
+  // only what it does at SIGTERM can bring them to its peer.
+  env.replicas.push_back(std::make_unique<gateway>(
+      start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
+                                          cluster_block("scg-1", {stays.cluster_port})),
+                    "scg-1", {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+  REQUIRE(env.wait_for_mesh(10s));
+  auto& leaving = *env.replicas[1];
+  // New sessions through the leaving replica: it decides those whose key it owns.
+  std::map<std::string, std::string> placed;
+  for (int i = 0; i < 16; ++i) {
+    const std::string s = "last-" + std::to_string(i);
+    placed[s] = config_backend(leaving.grpc_port, s);
+    REQUIRE(!placed[s].empty());
+  }
+  int held = 0;  // decided there and not yet known here (an anti-entropy round may have sent some)
+  for (const auto& [s, backend] : placed) held += listed_backend(stays, s).empty();
+  INFO(held << " of 16 bindings were held in the leaving replica's outbox");
+  leaving.proc.signal(SIGTERM);
+  REQUIRE(leaving.proc.wait(10s) == 0);
+  for (const auto& [s, backend] : placed) {
+    INFO(s);
+    CHECK(listed_backend(stays, s) == backend);
+  }
+  CHECK(occurrences(read_file(leaving.proc.log_path()),
+                    R"("event":"left_cluster","peers":"1","acknowledged":"1")") == 1);
 }
 
 TEST_CASE("three replicas started at the same instant, each seeded with all, form one mesh", "[integration][cluster]") {
