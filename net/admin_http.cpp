@@ -103,6 +103,20 @@ std::variant<list_query, std::string> parse_list_query(const httplib::Request& r
   q.user = req.get_param_value("user");
   q.session = req.get_param_value("session");
   q.backend = req.get_param_value("backend");
+  // One session named whole by tenant, user and session, or several by
+  // `key=TENANT/USER/SESSION` (repeated): looked up, not scanned for.
+  if (!q.tenant.empty() && !q.user.empty() && !q.session.empty())
+    q.named.push_back({q.tenant, q.user, q.session});
+  const auto n = req.get_param_value_count("key");
+  if (n > list_query::max_limit)
+    return "key: at most " + std::to_string(list_query::max_limit) + " sessions named at once";
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& v = req.get_param_value("key", i);
+    const auto first = v.find('/'), last = v.rfind('/');
+    if (first == std::string::npos || first == last || first == 0 || last + 1 == v.size() || last == first + 1)
+      return "key: expected TENANT/USER/SESSION, got \"" + v.substr(0, 200) + "\"";
+    q.named.push_back({v.substr(0, first), v.substr(first + 1, last - first - 1), v.substr(last + 1)});
+  }
   return q;
 }
 
@@ -118,8 +132,12 @@ bool backend_matches(const admin_view& view, const list_query& q, actors::backen
 
 /// Whether the session `key` passes the query's tenant, user and session filters.
 bool key_matches(const list_query& q, std::string_view key) {
-  if (q.tenant.empty() && q.user.empty() && q.session.empty()) return true;
+  if (q.tenant.empty() && q.user.empty() && q.session.empty() && q.named.empty()) return true;
   auto k = actors::session_key::parse(key);
+  if (!q.named.empty())
+    return k && std::any_of(q.named.begin(), q.named.end(), [&](const actors::session_key& n) {
+             return n.tenant == k->tenant && n.user_id == k->user_id && n.session_id == k->session_id;
+           });
   return k && (q.tenant.empty() || k->tenant == q.tenant) && (q.user.empty() || k->user_id == q.user) &&
          (q.session.empty() || k->session_id == q.session);
 }
@@ -173,11 +191,15 @@ void serve_ui(httplib::Response& res, const std::string& name) {
 
 std::string sessions_json(const admin_view& view, const list_query& q) {
   std::vector<actors::session_table::session_row> rows;
-  if (!q.tenant.empty() && !q.user.empty() && !q.session.empty()) {
-    // One session named whole: looked up, not found by a scan of the table.
-    const auto key = actors::session_key{q.tenant, q.user, q.session}.str();
-    auto row = view.table->session_row_of(key);
-    if (row && row->key > q.after && backend_matches(view, q, row->backend)) rows.push_back(std::move(*row));
+  if (!q.named.empty()) {
+    // Sessions named whole: looked up, not found by a scan of the table.
+    for (const auto& k : q.named) {
+      auto row = view.table->session_row_of(k.str());
+      if (row && row->key > q.after && backend_matches(view, q, row->backend)) rows.push_back(std::move(*row));
+    }
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+    rows.erase(std::unique(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.key == b.key; }),
+               rows.end());
   } else {
     rows = view.table->list_sessions(q.after, q.limit + 1, [&](std::string_view key, actors::backend_index b) {
       return backend_matches(view, q, b) && key_matches(q, key);

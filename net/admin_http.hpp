@@ -106,10 +106,16 @@ struct list_query {
   std::size_t limit = default_limit;
   std::string after;
   std::string tenant, user, session, backend;  ///< exact matches; empty: any
+  /// Sessions named whole (tenant, user and session given together, or
+  /// `key=TENANT/USER/SESSION` repeated): looked up one by one, not found by
+  /// a scan of the table.
+  std::vector<actors::session_key> named;
 };
 
 /// The body of GET /api/v1/sessions: `sessions` (session_id, user_id, tenant,
 /// backend, last_seen_ms_ago, operations), `next` (cursor or null), `total`.
+/// Sessions named whole are looked up (each one its own look-up), so one
+/// request reads many sessions at about one moment, whatever the table's size.
 std::string sessions_json(const admin_view& view, const list_query& q);
 
 /// The body of GET /api/v1/operations: `operations` (operation_id,

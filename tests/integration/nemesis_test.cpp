@@ -501,24 +501,30 @@ std::optional<std::map<std::string, std::string>> table_of(const std::string& ho
   return out;
 }
 
-/// The backend of `session` in a replica's table, "" when absent; nullopt when it did not answer.
-/// Named whole (tenant, user: the id's prefix, id), so the replica looks it up
-/// rather than scanning its table: the poll's pace does not follow the table's size.
-std::optional<std::string> backend_in(httplib::Client& c, const std::string& session) {
-  const auto user = session.substr(0, session.find('-'));
-  auto r = c.Get(("/api/v1/sessions?tenant=default&user=" + user + "&session=" + session).c_str());  // [a-z0-9-]
+/// The backends of `sessions` in a replica's table ("" when absent), read in
+/// one request; nullopt when it did not answer. Each is named whole (tenant,
+/// user: the id's prefix, id), so the replica looks them up rather than
+/// scanning its table: the poll's pace does not follow the table's size.
+std::optional<std::vector<std::string>> backends_in(httplib::Client& c, const std::vector<std::string>& sessions) {
+  std::string path = "/api/v1/sessions?limit=1000";
+  for (const auto& s : sessions) path += "&key=default/" + s.substr(0, s.find('-')) + "/" + s;  // [a-z0-9-]
+  auto r = c.Get(path.c_str());
   if (!r || r->status != 200) return std::nullopt;
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
-  const auto& rows = j["sessions"];
-  return rows.empty() ? std::string() : rows[0]["backend"].get<std::string>();
+  std::map<std::string, std::string> found;
+  for (const auto& row : j["sessions"]) found[row["session_id"].get<std::string>()] = row["backend"].get<std::string>();
+  std::vector<std::string> out;
+  for (const auto& s : sessions) out.push_back(found.count(s) ? found[s] : std::string());
+  return out;
 }
 
 /// Ms from `heal_ms` until every live replica names the same backend for
 /// each of the recently used sessions; -1 after 10 s. Each round asks every
-/// replica at once (a thread each), so a round lasts as long as the slowest
-/// replica's answers, not as long as all of them in turn; each session counts
-/// from the answer that completed its agreement, not from the round's end.
+/// replica at once (a thread each, one request for all the sessions), so a
+/// round lasts as long as the slowest replica's answer, and the replicas'
+/// answers are about one moment's; each session counts from the answer that
+/// completed its agreement, not from the round's end.
 std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
   std::vector<std::string> probes;
   std::vector<std::pair<std::string, int>> admins;
@@ -547,9 +553,11 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
     std::vector<std::thread> askers;
     for (std::size_t k = 0; k < clients.size(); ++k)
       askers.emplace_back([&, k] {
-        for (const auto& s : probes) {
-          seen[k].push_back(backend_in(*clients[k], s));
-          at[k].push_back(st.clock.now());
+        const auto answer = backends_in(*clients[k], probes);
+        const auto now = st.clock.now();
+        for (std::size_t i = 0; i < probes.size(); ++i) {
+          seen[k].push_back(answer ? std::optional<std::string>((*answer)[i]) : std::nullopt);
+          at[k].push_back(now);
         }
       });
     for (auto& t : askers) t.join();

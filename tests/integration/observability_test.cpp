@@ -193,6 +193,28 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
     CHECK(get_json(admin, "/api/v1/sessions?backend=no-such")["sessions"].empty());
   }
 
+  SECTION("several sessions named whole are looked up in one request") {
+    const auto tenant = get_json(admin, "/api/v1/sessions?user=bob")["sessions"][0]["tenant"].get<std::string>();
+    auto key = [&](const std::string& user, const std::string& session) {
+      return "key=" + tenant + "/" + user + "/" + session;
+    };
+    auto two = get_json(admin, "/api/v1/sessions?" + key("bob", "bob-2") + "&" + key("ann", "ann-0") + "&" +
+                                   key("ann", "nobody-9"));
+    REQUIRE(two["sessions"].size() == 2);  // in key order; the unknown one is absent
+    CHECK(two["sessions"][0]["session_id"] == "ann-0");
+    CHECK(two["sessions"][0]["backend"] == ann0_backend);
+    CHECK(two["sessions"][0]["operations"] == 2);
+    CHECK(two["sessions"][1]["session_id"] == "bob-2");
+    // bob's session is not found under ann; a key filters operations too.
+    CHECK(get_json(admin, "/api/v1/sessions?" + key("ann", "bob-1") + "&" + key("ann", "ann-1"))["sessions"].size() ==
+          1);
+    CHECK(get_json(admin, "/api/v1/operations?" + key("ann", "ann-0") + "&" + key("bob", "bob-1"))["operations"]
+              .size() == 2);
+    auto [code, body] = http_get(admin, "/api/v1/sessions?key=" + tenant + "/ann-0");
+    CHECK(code == 400);
+    CHECK(body.find("TENANT/USER/SESSION") != std::string::npos);
+  }
+
   SECTION("operations list by session and backend, and page") {
     auto ann0 = get_json(admin, "/api/v1/operations?session=ann-0");
     REQUIRE(ann0["operations"].size() == 2);
