@@ -61,14 +61,20 @@ std::uint32_t replicated_table::name_id(std::string_view name) {
 // An item's tail: the session's bytes, the backend's, and 8 bytes of a
 // tombstone's expiry or an operation's start when there is one. With the
 // 32-byte head, a session binding fits 96 bytes.
-void replicated_table::store(shard& s, const entry& e) {
-  s.erase(e.key);
+void replicated_table::store(shard& s, const entry& e, shard::item* current) {
   const std::uint64_t stamp = e.deleted ? e.tombstone_expires_ms : e.started_ms;
   const bool stamped = e.deleted || stamp != 0;
   const std::size_t stamp_size = stamped ? sizeof stamp : 0;
-  auto [it, made] = s.try_emplace(e.key, e.session.size() + e.backend.size() + stamp_size,
-                                  head{e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node),
-                                       static_cast<std::uint32_t>(e.session.size()), e.deleted, stamped});
+  const std::size_t tail_size = e.session.size() + e.backend.size() + stamp_size;
+  const head h{e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node),
+               static_cast<std::uint32_t>(e.session.size()), e.deleted, stamped};
+  shard::item* it = current;
+  if (it && it->tail().size() == tail_size) {
+    it->value = h;  // a new version of the same shape (a refresh, most often): rewritten in place
+  } else {
+    if (it) s.erase(e.key);
+    it = s.try_emplace(e.key, tail_size, h).first;
+  }
   char* tail = it->tail_data();
   std::memcpy(tail, e.session.data(), e.session.size());
   std::memcpy(tail + e.session.size(), e.backend.data(), e.backend.size());
@@ -95,10 +101,10 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   std::unique_lock lock(mutex_);
   const std::size_t fine = fine_bucket_of(incoming.key);
   auto& s = shards_[fine / sub_buckets];
-  const auto* found = s.find(incoming.key);
+  auto* found = s.find(incoming.key);
   if (!found) {
     account(fine, incoming, true);
-    store(s, incoming);
+    store(s, incoming, nullptr);
     result.applied = true;
     return incoming;
   }
@@ -113,7 +119,7 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   result.conflict = rival_backends;
   account(fine, current, false);
   account(fine, incoming, true);
-  store(s, incoming);
+  store(s, incoming, found);
   result.previous = std::move(current);
   return incoming;
 }

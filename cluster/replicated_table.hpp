@@ -194,7 +194,8 @@ class replicated_table {
   // Last-writer-wins core of merge, put and erase; returns the entry in force.
   entry upsert(const entry& incoming, merge_result& result);
   void account(std::size_t fine, const entry& e, bool adding);
-  void store(shard& s, const entry& e);
+  /// Writes `e` into `s`; `current`: its present item there, or nullptr.
+  void store(shard& s, const entry& e, shard::item* current);
   entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
 

@@ -3,7 +3,9 @@
 // entry per session of the whole cluster. Each entry is one allocation: the
 // value, the key's bytes and an optional tail of bytes the owner lays out; the
 // index is an open-addressing array of pointers (linear probing, at most 3/4
-// full, backward-shift deletion). For a 50-byte key that is about 100 bytes an
+// full, backward-shift deletion) beside an array of 32-bit hash tags, so a
+// probe compares keys only where the tags match and a shift or a growth
+// never hashes a key again. For a 50-byte key that is about 110 bytes an
 // entry where std::unordered_map<std::string, V> takes about 140. Not
 // thread-safe: callers lock.
 
@@ -43,7 +45,7 @@ class packed_map {
   /// The entry of `key`, or nullptr.
   item* find(std::string_view key) const {
     if (slots_.empty()) return nullptr;
-    return slots_[probe(key)].get();
+    return slots_[probe(key, tag_of(key))].get();
   }
 
   /// The entry of `key`; when absent, one is made from `args` with
@@ -51,8 +53,11 @@ class packed_map {
   template <class... A>
   std::pair<item*, bool> try_emplace(std::string_view key, std::size_t tail_size, A&&... args) {
     if ((used_ + 1) * 4 > slots_.size() * 3) grow();
-    auto& slot = slots_[probe(key)];
+    const auto tag = tag_of(key);
+    const auto i = probe(key, tag);
+    auto& slot = slots_[i];
     if (slot) return {slot.get(), false};
+    tags_[i] = tag;
     void* block = ::operator new(sizeof(item) + key.size() + tail_size);
     slot.reset(new (block) item(static_cast<std::uint32_t>(key.size()), static_cast<std::uint32_t>(tail_size),
                                 std::forward<A>(args)...));
@@ -64,7 +69,7 @@ class packed_map {
   /// Removes the entry of `key`; false when there was none.
   bool erase(std::string_view key) {
     if (slots_.empty()) return false;
-    auto hole = probe(key);
+    auto hole = probe(key, tag_of(key));
     if (!slots_[hole]) return false;
     // Backward shift: later entries of the probe run move up into the hole
     // unless their home slot lies (cyclically) after it.
@@ -72,10 +77,11 @@ class packed_map {
     slots_[hole].reset();
     --used_;
     for (std::size_t j = (hole + 1) & mask; slots_[j]; j = (j + 1) & mask) {
-      const std::size_t home = home_of(slots_[j]->key());
+      const std::size_t home = home_of(tags_[j]);
       const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!stays) {
         slots_[hole] = std::move(slots_[j]);
+        tags_[hole] = tags_[j];
         hole = j;
       }
     }
@@ -127,36 +133,45 @@ class packed_map {
   };
   using item_ptr = std::unique_ptr<item, item_free>;
 
-  /// The slot a key's probe starts from: the top bits of its hash times
-  /// 2^64/phi (Fibonacci hashing), so keys whose hashes share their low bits
-  /// (one shard of a table split by hash) still spread over the whole array.
-  std::size_t home_of(std::string_view key) const {
+  /// A key's tag: the top 32 bits of its hash times 2^64/phi (Fibonacci
+  /// hashing), so keys whose hashes share their low bits (one shard of a
+  /// table split by hash) still spread over the whole array.
+  static std::uint32_t tag_of(std::string_view key) {
     const std::uint64_t h = std::hash<std::string_view>{}(key);
-    return static_cast<std::size_t>((h * 0x9e3779b97f4a7c15ULL) >> shift_);
+    return static_cast<std::uint32_t>((h * 0x9e3779b97f4a7c15ULL) >> 32);
   }
 
-  /// The slot holding `key`, or the empty slot where it would go (there is
-  /// always one: the array is at most 3/4 full).
-  std::size_t probe(std::string_view key) const {
+  /// The slot a tag's probe starts from: its top bits.
+  std::size_t home_of(std::uint32_t tag) const { return static_cast<std::size_t>(tag >> shift_); }
+
+  /// The slot holding `key` (whose tag is `tag`), or the empty slot where it
+  /// would go (there is always one: the array is at most 3/4 full).
+  std::size_t probe(std::string_view key, std::uint32_t tag) const {
     const std::size_t mask = slots_.size() - 1;
-    for (std::size_t i = home_of(key);; i = (i + 1) & mask)
-      if (!slots_[i] || slots_[i]->key() == key) return i;
+    for (std::size_t i = home_of(tag);; i = (i + 1) & mask)
+      if (!slots_[i] || (tags_[i] == tag && slots_[i]->key() == key)) return i;
   }
 
   void grow() {
     std::vector<item_ptr> old = std::move(slots_);
+    std::vector<std::uint32_t> old_tags = std::move(tags_);
     slots_ = std::vector<item_ptr>(old.empty() ? 8 : old.size() * 2);
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
-    for (auto& it : old)
-      if (it) {
-        auto& slot = slots_[probe(it->key())];
-        slot = std::move(it);
-      }
+    tags_ = std::vector<std::uint32_t>(slots_.size());
+    shift_ = 32 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t k = 0; k < old.size(); ++k) {
+      if (!old[k]) continue;
+      std::size_t i = home_of(old_tags[k]);  // keys are distinct: the first free slot
+      while (slots_[i]) i = (i + 1) & mask;
+      slots_[i] = std::move(old[k]);
+      tags_[i] = old_tags[k];
+    }
   }
 
   std::vector<item_ptr> slots_;
+  std::vector<std::uint32_t> tags_;  // beside slots_: each entry's tag_of
   std::size_t used_ = 0;
-  unsigned shift_ = 61;  // 64 - log2(slots_.size())
+  unsigned shift_ = 29;  // 32 - log2(slots_.size()); slots_ has at most 2^32 slots
 };
 
 }  // namespace scg::core
