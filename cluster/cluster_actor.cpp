@@ -422,7 +422,12 @@ caf::result<std::uint32_t, std::uint32_t> leave(self_ptr self) {
   for (std::size_t i = 0; i < peers.size(); ++i)
     for (const auto& part : parts)
       self->request(peers[i], leave_timeout, entries_atom::value, part, false)
-          .then([=](ack_atom) mutable { ++t->acked[i], answer(); }, [=](const caf::error&) mutable { answer(); });
+          .then(
+              [=](ack_atom) mutable {
+                ++t->acked[i];
+                answer();
+              },
+              [=](const caf::error&) mutable { answer(); });
   return rp;
 }
 

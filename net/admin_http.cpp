@@ -134,11 +134,11 @@ bool backend_matches(const admin_view& view, const list_query& q, actors::backen
 bool key_matches(const list_query& q, std::string_view key) {
   if (q.tenant.empty() && q.user.empty() && q.session.empty() && q.named.empty()) return true;
   auto k = actors::session_key::parse(key);
-  if (!q.named.empty())
-    return k && std::any_of(q.named.begin(), q.named.end(), [&](const actors::session_key& n) {
-             return n.tenant == k->tenant && n.user_id == k->user_id && n.session_id == k->session_id;
-           });
-  return k && (q.tenant.empty() || k->tenant == q.tenant) && (q.user.empty() || k->user_id == q.user) &&
+  if (!k) return false;
+  const bool named = q.named.empty() || std::any_of(q.named.begin(), q.named.end(), [&](const actors::session_key& n) {
+                       return n.tenant == k->tenant && n.user_id == k->user_id && n.session_id == k->session_id;
+                     });
+  return named && (q.tenant.empty() || k->tenant == q.tenant) && (q.user.empty() || k->user_id == q.user) &&
          (q.session.empty() || k->session_id == q.session);
 }
 
@@ -194,6 +194,7 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
   if (!q.named.empty()) {
     // Sessions named whole: looked up, not found by a scan of the table.
     for (const auto& k : q.named) {
+      if (!key_matches(q, k.str())) continue;  // the other filters still apply
       auto row = view.table->session_row_of(k.str());
       if (row && row->key > q.after && backend_matches(view, q, row->backend)) rows.push_back(std::move(*row));
     }
