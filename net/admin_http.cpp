@@ -194,8 +194,9 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
   if (!q.named.empty()) {
     // Sessions named whole: looked up, not found by a scan of the table.
     for (const auto& k : q.named) {
-      if (!key_matches(q, k.str())) continue;  // the other filters still apply
-      auto row = view.table->session_row_of(k.str());
+      const auto key = k.str();
+      if (!key_matches(q, key)) continue;  // the other filters still apply
+      auto row = view.table->session_row_of(key);
       if (row && row->key > q.after && backend_matches(view, q, row->backend)) rows.push_back(std::move(*row));
     }
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
