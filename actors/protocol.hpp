@@ -58,6 +58,7 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;        // SIGTERM: ha
 using replication_actor = caf::typed_actor<
     caf::reacts_to<put_atom, std::string, std::string, std::string, std::uint64_t>,  // key, value, session, started wall ms or 0
     caf::reacts_to<erase_atom, std::string>,                                          // key
+    caf::reacts_to<release_atom, std::string>,  // a session's key ("s/…"): released here, out of the data path
     caf::reacts_to<backend_atom, std::string>,                     // name: re-apply what peers said of it
     // the last writes pushed to every up peer and acknowledged: peers, peers that acknowledged
     caf::replies_to<leave_atom>::with<std::uint32_t, std::uint32_t>>;

@@ -588,7 +588,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // session's actor (a binding learned from a peer has none here).
         core::bump(core::global_metrics().router_sessions_released_total);
         self->state.table->erase_session(key);
-        replicate(self, erase_atom::value, "s/" + key);
+        replicate(self, release_atom::value, "s/" + key);
         if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
           self->state.sessions.erase(it);
         to_session(self, key, release_atom::value);

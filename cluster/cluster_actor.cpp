@@ -374,8 +374,9 @@ std::chrono::milliseconds flush_delay() {
   return delay;
 }
 
-/// Versions and applies a local write, and queues it for the peers.
-void write_local(self_ptr self, entry e) {
+/// Versions and applies a local write, and queues it for the peers; the
+/// entry in force for its key (a newer one may have been merged before).
+entry write_local(self_ptr self, entry e) {
   auto& st = self->state;
   const auto now = st.clock.now();  // never behind the wall clock: write_log's order
   const entry& in_force =
@@ -394,6 +395,7 @@ void write_local(self_ptr self, entry e) {
     st.flush_scheduled = true;
     self->delayed_send(self, flush_delay(), flush_atom::value);
   }
+  return in_force;
 }
 
 /// SIGTERM, the drain over: the outbox goes to every up peer at once, as an
@@ -488,11 +490,15 @@ std::int64_t refresh_period_ms(const cluster_state& st) {
   return std::clamp<std::int64_t>(period, std::chrono::milliseconds(anti_entropy_interval).count(), 60'000);
 }
 
-/// Starts a refresh pass when one is due and none is under way.
+/// Starts a refresh pass when one is due and none is under way. Not before
+/// the first sync is over: the table is still filling (a pass over a
+/// million bindings as they arrive would slow the sync), and what a pass
+/// decides, its sync source decides meanwhile.
 void start_refresh(self_ptr self) {
   auto& st = self->state;
   const auto now = actors::now_ms();
-  if (st.refresh || (st.refresh_started_ms != 0 && now - st.refresh_started_ms < refresh_period_ms(st))) return;
+  if (!st.synced || st.refresh) return;
+  if (st.refresh_started_ms != 0 && now - st.refresh_started_ms < refresh_period_ms(st)) return;
   st.refresh_started_ms = now;
   st.refresh.emplace();
   st.refresh_work = {};
@@ -809,9 +815,10 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
     auto& members = self->state.members;
     const auto now = actors::wall_now_ms();
     const auto& cfg = self->state.cfg;
-    for (const auto& name : members.on_down(msg.source)) {
+    for (const auto& name : members.on_down(msg.source, now)) {
       const auto& m = members.members().at(name);
-      log().warn("member_down node={} address={} reason=\"{}\"", name, m.address, self->system().render(msg.reason));
+      log().warn("member_down node={} address={} reason=\"{}\"{}", name, m.address, self->system().render(msg.reason),
+                 m.flapped ? " flapped=true" : "");
       self->state.membership_changed_ms = now;
       // What went to it since it was last heard, or since the link was
       // silent long enough to be dropped, may be lost: handed off when it is back.
@@ -903,6 +910,14 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       },
       [=](actors::erase_atom, std::string& key) {
         write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
+      },
+      [=](actors::release_atom, std::string& key) {
+        // A session released through this replica. The router took it out of
+        // the data path at once, but an older binding merged since (a peer's
+        // decision during a partition, handed off at the heal) put it back:
+        // the release's tombstone in force takes it out again.
+        const auto in_force = write_local(self, entry{std::move(key), {}, {}, {}, true, 0});
+        if (in_force.deleted) apply(self->state, in_force);
       },
 
       [=](actors::leave_atom) -> caf::result<std::uint32_t, std::uint32_t> {

@@ -35,6 +35,9 @@ class membership {
     /// so it may own keys; reset each time it comes up.
     bool synced = false;
     std::int64_t greeted_ms = 0;  ///< wall clock: when greet_back or greet_stray last said yes
+    std::int64_t up_since_ms = 0;  ///< wall clock: when it last came up
+    /// It went down less than flap_ms after it came up (see dial_now).
+    bool flapped = false;
   };
 
   /// What a hello means, for the caller to act on.
@@ -114,6 +117,8 @@ class membership {
       m.up = true;
       m.version = announced.value_or(legacy_peer());
       m.synced = !announces_synced(m.version);
+      m.up_since_ms = now_ms;
+      m.flapped = false;
       refused_.erase(name);
     }
     m.last_seen_ms = now_ms;
@@ -155,14 +160,16 @@ class membership {
     return {};
   }
 
-  /// The link `link` (anything a Link compares with) went down: its member
-  /// is down and its address is dialed again. The names that went down.
+  /// The link `link` (anything a Link compares with) went down at `now_ms`:
+  /// its member is down and its address is dialed again. The names that
+  /// went down.
   template <class L>
-  std::vector<std::string> on_down(const L& link) {
+  std::vector<std::string> on_down(const L& link, std::int64_t now_ms) {
     std::vector<std::string> down;
     for (auto& [name, m] : members_) {
       if (!(m.link == link) || !m.up) continue;
       m.up = false;
+      m.flapped = now_ms - m.up_since_ms < flap_ms;
       down.push_back(name);
       if (auto t = targets_.find(m.address); t != targets_.end()) t->second.connected = false;
     }
@@ -221,11 +228,15 @@ class membership {
   /// silent for redial_fallback_ms (the first cannot reach it, or counts it
   /// up). Both sides dialing at once (after a thaw or a heal) gives CAF two
   /// connections between the same nodes, and a one-way split followed
-  /// (docs/cluster.md, Known problems).
+  /// (docs/cluster.md, Known problems). Unless the member flapped (its link
+  /// dropped right after its greeting came): then the first side's dials
+  /// are answered by CAF from a cached link that is dead on this side, until
+  /// its connection timeout, and only this side's dial mends it at once.
   std::vector<std::string> dial_now(std::int64_t now_ms) {
     std::set<std::string> held;
     for (const auto& [name, m] : members_)
-      if (!m.up && node_name_ > name && now_ms - m.last_seen_ms < redial_fallback_ms) held.insert(m.address);
+      if (!m.up && !m.flapped && node_name_ > name && now_ms - m.last_seen_ms < redial_fallback_ms)
+        held.insert(m.address);
     std::vector<std::string> out;
     for (auto& [address, t] : targets_) {
       if (t.connected || t.in_flight || self_addresses_.count(address) || now_ms < t.next_attempt_ms) continue;
@@ -286,6 +297,8 @@ class membership {
   /// How long a member seen down waits for the peer whose name sorts first
   /// to dial it before this replica dials too (dial_now).
   static constexpr std::int64_t redial_fallback_ms = 5000;
+  /// A member down this soon after it came up flapped (dial_now).
+  static constexpr std::int64_t flap_ms = 1000;
   static constexpr std::int64_t max_backoff_ms = 1000;  // a refusal costs a reachability probe only
   /// How long a refused peer's address waits before it is dialed again.
   static constexpr std::int64_t refused_redial_ms = 30000;
