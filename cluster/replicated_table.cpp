@@ -14,10 +14,26 @@ namespace scg::cluster {
 
 std::size_t replicated_table::bucket_of(std::string_view key) { return fine_bucket_of(key) / sub_buckets; }
 
-std::size_t replicated_table::fine_bucket_of(std::string_view key) {
-  const auto h = core::stable_hash(key);
+namespace {
+
+/// The sub-bucket of a key whose stable hash is `h`.
+std::size_t fine_of(std::uint64_t h) {
   return static_cast<std::size_t>(h % digest_buckets * sub_buckets + h / digest_buckets % sub_buckets);
 }
+
+/// An entry's hash, from a hasher that has been fed its key alone (the
+/// sub-bucket's hash feeds the same first bytes, so a merge hashes the key once).
+std::uint64_t entry_hash_after_key(core::stable_hasher h, const entry& e) {
+  return h.add(e.ver.time.wall_ms)
+      .add(std::uint64_t{e.ver.time.logical})
+      .add(e.ver.node)
+      .add(std::uint64_t{e.deleted ? 1u : 0u})
+      .finish();
+}
+
+}  // namespace
+
+std::size_t replicated_table::fine_bucket_of(std::string_view key) { return fine_of(core::stable_hash(key)); }
 
 bucket_digest replicated_table::digest() const {
   bucket_digest d{};
@@ -26,24 +42,22 @@ bucket_digest replicated_table::digest() const {
 }
 
 std::uint64_t replicated_table::entry_hash(const entry& e) {
-  return core::stable_hasher{}
-      .add(e.key)
-      .add(e.ver.time.wall_ms)
-      .add(std::uint64_t{e.ver.time.logical})
-      .add(e.ver.node)
-      .add(std::uint64_t{e.deleted ? 1u : 0u})
-      .finish();
+  return entry_hash_after_key(core::stable_hasher{}.add(e.key), e);
 }
 
 void replicated_table::account(std::size_t fine, const entry& e, bool adding) {
+  account(fine, entry_hash(e), e.deleted, adding);
+}
+
+void replicated_table::account(std::size_t fine, std::uint64_t hash, bool deleted, bool adding) {
   // XOR is its own inverse: the same call with adding=false undoes an add.
-  fine_hashes_[fine] ^= entry_hash(e);
+  fine_hashes_[fine] ^= hash;
   if (adding) {
     ++size_;
-    if (!e.deleted) ++live_;
+    if (!deleted) ++live_;
   } else {
     --size_;
-    if (!e.deleted) --live_;
+    if (!deleted) --live_;
   }
 }
 
@@ -61,24 +75,34 @@ std::uint32_t replicated_table::name_id(std::string_view name) {
 // An item's tail: the session's bytes, the backend's, and 8 bytes of a
 // tombstone's expiry or an operation's start when there is one. With the
 // 32-byte head, a session binding fits 96 bytes.
-void replicated_table::store(shard& s, const entry& e, shard::item* current) {
+std::size_t replicated_table::tail_size(const entry& e) {
+  const bool stamped = e.deleted || e.started_ms != 0;
+  return e.session.size() + e.backend.size() + (stamped ? sizeof(std::uint64_t) : 0);
+}
+
+replicated_table::head replicated_table::head_of(const entry& e) {
+  return {e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node), static_cast<std::uint32_t>(e.session.size()),
+          e.deleted, e.deleted || e.started_ms != 0};
+}
+
+void replicated_table::write_tail(shard::item& it, const entry& e) {
   const std::uint64_t stamp = e.deleted ? e.tombstone_expires_ms : e.started_ms;
-  const bool stamped = e.deleted || stamp != 0;
-  const std::size_t stamp_size = stamped ? sizeof stamp : 0;
-  const std::size_t tail_size = e.session.size() + e.backend.size() + stamp_size;
-  const head h{e.ver.time.wall_ms, e.ver.time.logical, name_id(e.ver.node),
-               static_cast<std::uint32_t>(e.session.size()), e.deleted, stamped};
-  shard::item* it = current;
-  if (it && it->tail().size() == tail_size) {
-    it->value = h;  // a new version of the same shape (a refresh, most often): rewritten in place
-  } else {
-    if (it) s.erase(e.key);
-    it = s.try_emplace(e.key, tail_size, h).first;
-  }
-  char* tail = it->tail_data();
+  const std::size_t stamp_size = it.value.stamped ? sizeof stamp : 0;
+  char* tail = it.tail_data();
   std::memcpy(tail, e.session.data(), e.session.size());
   std::memcpy(tail + e.session.size(), e.backend.data(), e.backend.size());
   std::memcpy(tail + e.session.size() + e.backend.size(), &stamp, stamp_size);
+}
+
+void replicated_table::replace(shard& s, shard::item*& it, const entry& e) {
+  const auto size = tail_size(e);
+  if (it->tail().size() == size) {
+    it->value = head_of(e);  // a new version of the same shape (a refresh, most often): rewritten in place
+  } else {
+    s.erase(e.key);
+    it = s.try_emplace(e.key, size, head_of(e)).first;
+  }
+  write_tail(*it, e);
 }
 
 entry_view replicated_table::view(const shard::item& it) const {
@@ -99,12 +123,17 @@ entry_view replicated_table::view(const shard::item& it) const {
 
 entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   std::unique_lock lock(mutex_);
-  const std::size_t fine = fine_bucket_of(incoming.key);
+  // One pass over the key's bytes serves its sub-bucket and its entry's
+  // hash, and one probe finds its slot or fills it: a full sync merges a
+  // million new keys.
+  core::stable_hasher key_hasher;
+  key_hasher.add(incoming.key);
+  const std::size_t fine = fine_of(key_hasher.finish());
   auto& s = shards_[fine / sub_buckets];
-  auto* found = s.find(incoming.key);
-  if (!found) {
-    account(fine, incoming, true);
-    store(s, incoming, nullptr);
+  auto [found, added] = s.try_emplace(incoming.key, tail_size(incoming), head_of(incoming));
+  if (added) {
+    write_tail(*found, incoming);
+    account(fine, entry_hash_after_key(key_hasher, incoming), incoming.deleted, true);
     result.applied = true;
     return incoming;
   }
@@ -117,9 +146,9 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   }
   result.applied = true;
   result.conflict = rival_backends;
-  account(fine, current, false);
-  account(fine, incoming, true);
-  store(s, incoming, found);
+  account(fine, entry_hash_after_key(key_hasher, current), current.deleted, false);
+  account(fine, entry_hash_after_key(key_hasher, incoming), incoming.deleted, true);
+  replace(s, found, incoming);
   result.previous = std::move(current);
   return incoming;
 }

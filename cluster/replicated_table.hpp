@@ -194,8 +194,15 @@ class replicated_table {
   // Last-writer-wins core of merge, put and erase; returns the entry in force.
   entry upsert(const entry& incoming, merge_result& result);
   void account(std::size_t fine, const entry& e, bool adding);
-  /// Writes `e` into `s`; `current`: its present item there, or nullptr.
-  void store(shard& s, const entry& e, shard::item* current);
+  void account(std::size_t fine, std::uint64_t hash, bool deleted, bool adding);
+  /// An item's layout for `e`: its tail's size, its head.
+  static std::size_t tail_size(const entry& e);
+  head head_of(const entry& e);
+  /// Writes `e`'s tail into `it`, whose head is head_of(e).
+  static void write_tail(shard::item& it, const entry& e);
+  /// Makes `it` (in `s`) hold `e`, a newer version of its key; `it` moves
+  /// when the tail's size changes.
+  void replace(shard& s, shard::item*& it, const entry& e);
   entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
 

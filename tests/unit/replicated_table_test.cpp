@@ -14,6 +14,7 @@
 
 #include "cluster/hlc.hpp"
 #include "cluster/replicated_table.hpp"
+#include "core/rendezvous.hpp"
 
 using namespace scg::cluster;
 
@@ -549,4 +550,46 @@ TEST_CASE("released tells a tombstone from a live entry and from no entry", "[re
   CHECK(t.released("s/kept"));
   t.expire_tombstones(105);
   CHECK_FALSE(t.released("s/kept"));
+}
+
+TEST_CASE("the fine digest is the XOR of each sub-bucket's entry hashes, as every version of scg computes them",
+          "[replicated_table]") {
+  // Peers of other versions compare digests with ours: an entry's hash is
+  // the stable hash of its key, wall time, logical time, node and deleted
+  // flag, in that order, whatever path (merge, put, erase, a new or a
+  // replaced key, a tail of another size) wrote the entry.
+  auto definition = [](const entry& e) {
+    return scg::core::stable_hasher{}
+        .add(e.key)
+        .add(e.ver.time.wall_ms)
+        .add(std::uint64_t{e.ver.time.logical})
+        .add(e.ver.node)
+        .add(std::uint64_t{e.deleted ? 1u : 0u})
+        .finish();
+  };
+  const auto e = live("s/default/pat/0f1e", "fake-a", ver(1700000000123, "scg-0", 7));
+  CHECK(replicated_table::entry_hash(e) == definition(e));
+  CHECK(replicated_table::entry_hash(tombstone("o/x", ver(5, "n"), 9)) == definition(tombstone("o/x", ver(5, "n"), 9)));
+
+  replicated_table t;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 3000; ++i) {
+    const auto key = (i % 4 ? "s/k" : "o/k") + std::to_string(rng() % 700);
+    const auto v = ver(static_cast<std::uint64_t>(i + 1), "n" + std::to_string(rng() % 3), rng() % 2);
+    switch (rng() % 4) {
+      case 0: t.merge(live(key, "backend-" + std::to_string(rng() % 3), v)); break;
+      case 1: t.merge(tombstone(key, v, 50 + rng() % 50)); break;
+      case 2: t.put(key, "b" + std::string(rng() % 5, 'x'), (i % 2) ? "s/sess" : "", v, rng() % 2); break;
+      default: t.erase(key, v, 100, static_cast<std::uint64_t>(i)); break;
+    }
+  }
+  t.expire_tombstones(3000 + 80);
+  fine_digest expected{};
+  std::size_t live_count = 0;
+  for (const auto& x : t.all()) {
+    expected[replicated_table::fine_bucket_of(x.key)] ^= definition(x);
+    live_count += !x.deleted;
+  }
+  CHECK(t.fine() == expected);
+  CHECK(t.live_count() == live_count);
 }
