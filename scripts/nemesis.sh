@@ -13,11 +13,12 @@
 #
 # Environment (optional): SCG_BUILD_DIR (build), SCG_NEMESIS_REPLICAS (4),
 # SCG_NEMESIS_CLIENTS (6), SCG_NEMESIS_OUT (the current directory),
-# SCG_NEMESIS_KEEP=1 (keep the history of a passed run too).
+# SCG_NEMESIS_KEEP=1 (keep the history of a passed run too), SCG_NEMESIS_FAULTS
+# (the fault kinds to draw from, e.g. "partition,split"; all by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -ne 2 || ! "$1" =~ ^[0-9]+$ || ! "$2" =~ ^[0-9]+$ ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build="${SCG_BUILD_DIR:-build}"

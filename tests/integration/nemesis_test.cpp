@@ -15,7 +15,10 @@
 // SCG_NEMESIS_REPLICAS (4, 3 to 5), SCG_NEMESIS_CLIENTS (6), SCG_NEMESIS_OUT
 // (where the history of a failed run is kept: nemesis-SEED.jsonl, "."),
 // SCG_NEMESIS_KEEP=1 (keep it after a passed run too), SCG_NEMESIS_REPLAY=FILE
-// (only check a kept history). scripts/nemesis.sh SEED SECS runs it.
+// (only check a kept history), SCG_NEMESIS_FAULTS (the fault kinds to draw
+// from, comma-separated: kill, freeze, partition, split, restart, join,
+// leave, backend_kill; all by default, and then a seed draws what it always
+// drew). scripts/nemesis.sh SEED SECS runs it.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
@@ -597,7 +600,11 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
 
 class nemesis {
  public:
-  nemesis(run_state& st, std::uint64_t seed) : st_(st), rng_(seed) {}
+  /// `kinds`: the fault kinds to draw from (fault_kinds' names); empty: all.
+  nemesis(run_state& st, std::uint64_t seed, const std::set<std::string>& kinds) : st_(st), rng_(seed) {
+    for (const auto& k : fault_kinds)
+      if (kinds.empty() || kinds.count(k.name)) draws_.insert(draws_.end(), k.weight, k.act);
+  }
   std::vector<nm::fault> faults;
   std::vector<nm::convergence> heals;
   std::vector<std::string> problems;  ///< the nemesis's own failures (a replica that would not start)
@@ -606,17 +613,18 @@ class nemesis {
     for (int i = 0; i < 10000 && st_.clock.now() < until_ms; ++i) {
       sleep_ms(uniform(2500, 5000));  // time between faults, with the cluster whole
       if (st_.clock.now() >= until_ms) break;
-      const int dice = static_cast<int>(uniform(0, 13));
-      if (dice < 2) kill();
-      else if (dice < 4) freeze();
-      else if (dice < 6) partition(false);
-      else if (dice < 8) partition(true);
-      else if (dice < 9) restart();
-      else if (dice < 10) join();
-      else if (dice < 11) leave();
-      else backend_kill();
+      (this->*draws_[static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(draws_.size()) - 1))])();
     }
   }
+
+  /// A fault kind: its name (SCG_NEMESIS_FAULTS), how many of the 14 draws
+  /// of a run with every kind it has, and what it does.
+  struct fault_kind {
+    const char* name;
+    int weight;
+    void (nemesis::*act)();
+  };
+  static const std::array<fault_kind, 8> fault_kinds;
 
  private:
   std::int64_t uniform(std::int64_t lo, std::int64_t hi) {
@@ -668,6 +676,9 @@ class nemesis {
     { std::lock_guard<std::mutex> lock(st_.mu); r.frozen = false; }
     faults.push_back({"freeze", t0, st_.clock.now(), {r.name}});
   }
+
+  void cut_one() { partition(false); }
+  void split() { partition(true); }
 
   /// One replica (`split` false) or a minority cut off from the rest.
   void partition(bool split) {
@@ -752,7 +763,17 @@ class nemesis {
 
   run_state& st_;
   std::mt19937_64 rng_;
+  std::vector<void (nemesis::*)()> draws_;  ///< a fault per draw, by weight
 };
+
+const std::array<nemesis::fault_kind, 8> nemesis::fault_kinds{{{"kill", 2, &nemesis::kill},
+                                                               {"freeze", 2, &nemesis::freeze},
+                                                               {"partition", 2, &nemesis::cut_one},
+                                                               {"split", 2, &nemesis::split},
+                                                               {"restart", 1, &nemesis::restart},
+                                                               {"join", 1, &nemesis::join},
+                                                               {"leave", 1, &nemesis::leave},
+                                                               {"backend_kill", 3, &nemesis::backend_kill}}};
 
 /// Prints the report and the files of the run; true when it passed.
 bool judge(const nm::history& h, const std::string& file) {
@@ -781,6 +802,17 @@ TEST_CASE("the cluster keeps its invariants under randomized faults", "[.][nemes
   const auto secs = std::stoll(env_or("SCG_NEMESIS_SECS", "75"));
   const int n_replicas = std::clamp(std::stoi(env_or("SCG_NEMESIS_REPLICAS", "4")), 3, 5);
   const int n_clients = std::clamp(std::stoi(env_or("SCG_NEMESIS_CLIENTS", "6")), 1, 32);
+  std::set<std::string> kinds;
+  for (std::string rest = env_or("SCG_NEMESIS_FAULTS", ""), k; !rest.empty();) {
+    const auto comma = rest.find(',');
+    k = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const bool known = std::any_of(nemesis::fault_kinds.begin(), nemesis::fault_kinds.end(),
+                                   [&](const auto& f) { return k == f.name; });
+    INFO("SCG_NEMESIS_FAULTS names an unknown fault kind: '" << k << "'");
+    REQUIRE(known);
+    kinds.insert(k);
+  }
   auto net = std::make_unique<topology>();
   if (!net->ok()) {
     net.reset();  // its namespaces and links go before the exit
@@ -810,7 +842,7 @@ TEST_CASE("the cluster keeps its invariants under randomized faults", "[.][nemes
     for (int i = 0; i < n_clients; ++i) clients.push_back(std::make_unique<client>(st, i, seed * 1000 + i));
     std::vector<std::thread> threads;
     for (auto& c : clients) threads.emplace_back([&, c = c.get()] { c->run(until); });
-    nemesis nem(st, seed);
+    nemesis nem(st, seed, kinds);
     nem.run(until);
     st.stop = true;
     for (auto& t : threads) t.join();
