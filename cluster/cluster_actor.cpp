@@ -49,6 +49,7 @@ using namespace std::chrono_literals;
 constexpr auto default_flush_delay = 5ms;   // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 4096;    // entries per repair or delta message, at most
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
+constexpr double refresh_share = 0.25;        // of one core, at most, for a refresh pass (refresh_step)
 constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr auto leave_timeout = 1500ms;      // for each peer to take the last writes at SIGTERM
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
@@ -441,7 +442,9 @@ caf::result<std::uint32_t, std::uint32_t> leave(self_ptr self) {
 /// anti-entropy round, in steps of refresh_slots
 /// slots: each step sends the next to the back of the mailbox, so the
 /// router's look-ups and the peers' messages wait for one step (about a
-/// millisecond), not for a pass over the whole table.
+/// millisecond), not for a pass over the whole table; and a step comes no
+/// sooner than keeps the pass's work to refresh_share of the time since it
+/// began.
 void refresh_step(self_ptr self) {
   const auto began = std::chrono::steady_clock::now();
   auto& st = self->state;
@@ -454,10 +457,11 @@ void refresh_step(self_ptr self) {
     if (e.deleted && e.tombstone_expires_ms <= static_cast<std::uint64_t>(wall)) forget.emplace_back(e.key);
     const bool session = e.key.rfind("s/", 0) == 0;
     if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
-    const auto id = e.key.substr(2);
-    auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
     const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
     const auto written = static_cast<std::int64_t>(e.time.wall_ms);
+    if (kept_whatever_use(written, wall, ttl)) return;
+    const auto id = e.key.substr(2);
+    auto seen = session ? st.sessions->session_last_seen(id) : st.sessions->op_last_seen(id);
     const std::int64_t used = seen && *seen > 0 ? wall - (steady - *seen) : 0;
     switch (binding_fate(written, used, wall, ttl)) {
       case fate::keep: break;
@@ -473,7 +477,16 @@ void refresh_step(self_ptr self) {
   }
   for (const auto& key : forget) st.table->expire_tombstone(key, static_cast<std::uint64_t>(wall));
   st.refresh_work += std::chrono::steady_clock::now() - began;
-  if (!st.refresh->done()) return self->send(self, refresh_atom::value);
+  if (!st.refresh->done()) {
+    // Paced to refresh_share of one core: replicas run their passes at the
+    // same time on shared cores, and a pass that took a core whole would
+    // keep the routers' decisions waiting for one.
+    const auto work_ms = std::chrono::duration_cast<std::chrono::milliseconds>(st.refresh_work).count();
+    const auto due_ms = static_cast<std::int64_t>(static_cast<double>(work_ms) / refresh_share) -
+                        (actors::now_ms() - st.refresh_started_ms);
+    if (due_ms > 0) return self->delayed_send(self, std::chrono::milliseconds(due_ms), refresh_atom::value);
+    return self->send(self, refresh_atom::value);
+  }
   st.refresh.reset();
   auto& m = core::global_metrics();
   m.refresh_pass.observe(m.decision_bounds_us, static_cast<std::uint64_t>(

@@ -245,6 +245,10 @@ fate binding_fate(std::int64_t written, std::int64_t used, std::int64_t wall, st
   return fate::keep;
 }
 
+bool kept_whatever_use(std::int64_t written, std::int64_t wall, std::int64_t ttl) {
+  return wall <= written + ttl / 4;  // a use is no later than `wall`: binding_fate keeps it
+}
+
 std::vector<std::size_t> differing_buckets(const bucket_digest& a, const bucket_digest& b) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < digest_buckets; ++i)

@@ -225,6 +225,10 @@ enum class fate { keep, touch, expire };
 /// anywhere may thus lie up to ttl/4 after the version: a binding expires
 /// only when neither that nor a local use is within the ttl.
 fate binding_fate(std::int64_t written, std::int64_t used, std::int64_t wall, std::int64_t ttl);
+/// Whether binding_fate is `keep` whatever the use: a version at most a
+/// quarter ttl old is neither due a touch nor near expiry, so a pass need not
+/// look its use up (most of a table after a burst of new sessions or a sync).
+bool kept_whatever_use(std::int64_t written, std::int64_t wall, std::int64_t ttl);
 
 /// Indices of the buckets where two digests differ, ascending.
 std::vector<std::size_t> differing_buckets(const bucket_digest& a, const bucket_digest& b);

@@ -20,9 +20,13 @@
 # BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
 # BENCH_DECISION_RATE and BENCH_DECISION_SECS (the new sessions/s sent to the seed
-# replica while its placement decisions are timed, during a refresh pass and
-# during the full sync; default 200/s for 10 s), BENCH_REFRESH_WINDOW_SECS (the
+# replica while its placement decisions are timed, during a refresh pass,
+# during the full sync, and while a busy loop runs on every core as a control;
+# default 200/s for 10 s), BENCH_REFRESH_WINDOW_SECS (the
 # refresh phase's length at least, default 40 s: one pass at the default ttls),
+# BENCH_CLUSTER_SESSION_TTL_SECS (the cluster phase's affinity.session_ttl_secs;
+# e.g. 400, so that a refresh pass looks up the use of the bindings older than
+# a quarter of it instead of skipping a table just filled),
 # BENCH_PATHS (default "direct scg nginx haproxy"; "direct scg before nginx haproxy"
 # with BENCH_SCG_BEFORE), BENCH_SCG_BEFORE (another scg binary: the path "before",
 # started like scg with the same YAML in front of the same fake, on its own ports,
@@ -67,6 +71,7 @@ DECISION_RATE=${BENCH_DECISION_RATE:-200}
 DECISION_SECS=${BENCH_DECISION_SECS:-10}
 REFRESH_WINDOW_SECS=${BENCH_REFRESH_WINDOW_SECS:-40}  # covers one refresh pass at the default ttls
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
+CLUSTER_SESSION_TTL=${BENCH_CLUSTER_SESSION_TTL_SECS:-}  # the cluster phase's affinity.session_ttl_secs (default: scg's)
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 default_paths="direct scg nginx haproxy"
 [[ -n $SCG_BEFORE ]] && default_paths="direct scg before nginx haproxy"
@@ -92,6 +97,8 @@ done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
   die "need BENCH_ROUNDS, BENCH_UNARY_SECS, BENCH_STREAM_REPEATS >= 1 and BENCH_STREAM_BYTES >= BENCH_MESSAGE_BYTES >= 1"
 ((REPLICAS >= 2 && REPLICAS <= 3)) || die "BENCH_REPLICAS must be 2 or 3"
+[[ -z $CLUSTER_SESSION_TTL || $CLUSTER_SESSION_TTL =~ ^[1-9][0-9]*$ ]] ||
+  die "BENCH_CLUSTER_SESSION_TTL_SECS must be a positive integer, got '$CLUSTER_SESSION_TTL'"
 ((REPL_RATE >= 1 && REPL_RATE_SECS >= 1)) || die "BENCH_REPL_RATE and BENCH_REPL_RATE_SECS must be at least 1"
 ((SOAK_SECS >= 20)) || die "BENCH_SOAK_SECS must be at least 20"
 for path in "${PATHS[@]}"; do
@@ -866,12 +873,16 @@ wait_sessions() {
 #     DECISION_SECS at full size, once with nothing else going on (its refresh
 #     pass over the whole table starts every 37.5 s, a sixteenth of the
 #     operation ttl, so this window lasts REFRESH_WINDOW_SECS, 40 s, and the
-#     report says how many passes ran in it) and once while the joining
-#     replica of step 3 syncs from it; the wait for each placement decision.
+#     report says how many passes ran in it), once while the joining
+#     replica of step 3 syncs from it, and once while a busy loop runs on
+#     every core (a control: the cost of waiting for a CPU alone); the wait
+#     for each placement decision.
 cluster_bench() {
   local r pids=() admins=() cports=() grpc1="" seed="" base n t0 t_seen open_s complete=true before=() after=() empty_rss empty_heap
+  local ttl=()
+  [[ -n $CLUSTER_SESSION_TTL ]] && ttl=("affinity: { session_ttl_secs: $CLUSTER_SESSION_TTL }")
   for ((r = 1; r <= REPLICAS; r++)); do
-    start_scg "replica-$r" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
+    start_scg "replica-$r" "${ttl[@]}" "cluster:" "  node_name: bench-$r" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [${seed}]" "  sync_wait_secs: 3"
     pids+=("$STARTED_PID")
     admins+=("$STARTED_ADMIN_PORT")
@@ -930,7 +941,7 @@ cluster_bench() {
   decisions refresh "${admins[0]}" "$grpc1" -
   join_replica() {
     t0=$(now_s)
-    start_scg "replica-join" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
+    start_scg "replica-join" "${ttl[@]}" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
     joiner=$STARTED_PID
     for ((i = 0; i < 3000; i++)); do
@@ -942,6 +953,21 @@ cluster_bench() {
     done
   }
   decisions sync "${admins[0]}" "$grpc1" join_replica
+  # 4 (control). The same load while a busy loop runs on every core and scg
+  # does nothing else: what waiting for a CPU alone costs a decision here.
+  busy_loops() {
+    local k busy=()
+    for ((k = 0; k < $(nproc); k++)); do
+      timeout "$DECISION_SECS" bash -c 'while :; do :; done' &
+      busy+=("$!")
+      CHILDREN+=("$!")
+    done
+    for k in "${busy[@]}"; do
+      wait "$k" || true
+      forget_child "$k"
+    done
+  }
+  decisions busy_loops "${admins[0]}" "$grpc1" busy_loops
   received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
   [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
   sleep 3 # every peer's sync reply has arrived and been freed

@@ -593,3 +593,21 @@ TEST_CASE("the fine digest is the XOR of each sub-bucket's entry hashes, as ever
   CHECK(t.fine() == expected);
   CHECK(t.live_count() == live_count);
 }
+
+TEST_CASE("a pass skips the use look-up only where every use leaves the binding kept", "[table]") {
+  std::mt19937_64 rng(5);
+  int skipped = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::int64_t ttl = 1 + static_cast<std::int64_t>(rng() % 10000);
+    const std::int64_t written = static_cast<std::int64_t>(rng() % 100000);
+    const std::int64_t wall = written + static_cast<std::int64_t>(rng() % (2 * ttl)) - ttl / 8;
+    if (!kept_whatever_use(written, wall, ttl)) continue;
+    ++skipped;
+    // No use at all, or any use up to now.
+    CHECK(binding_fate(written, 0, wall, ttl) == fate::keep);
+    for (std::int64_t used : {written, wall, wall - 1, written + ttl / 4, (written + wall) / 2})
+      if (used > 0 && used <= wall) CHECK(binding_fate(written, used, wall, ttl) == fate::keep);
+  }
+  CHECK(skipped > 1000);
+  CHECK_FALSE(kept_whatever_use(0, 1001, 4000));  // past a quarter ttl: looked up (a touch may be due)
+}

@@ -747,6 +747,8 @@ int run_report(cli_args& args) {
                                  fixed(std::max(0.0, visible - num(r, "open_s")), 2) + " s)"});
   }
   std::optional<double> delay_p99_ms, sync_s, bytes_per_entry;
+  double sync_entries = 0;
+  std::map<std::string, double> decision_p99_ms;  // by phase
   if (!raw.replication_delay.empty()) {
     const auto& d = raw.replication_delay;
     const auto delta = bucket_delta(d.value("before", json::array()), d.value("after", json::array()));
@@ -764,6 +766,7 @@ int run_report(cli_args& args) {
   if (!raw.sync.empty()) {
     const auto& y = raw.sync;
     const double entries = num(y, "entries"), rss = num(y, "rss_kib"), empty = num(y, "empty_rss_kib");
+    sync_entries = entries;
     if (y.contains("ready_s") && y["ready_s"].is_number()) sync_s = num(y, "ready_s");
     if (entries > 0) bytes_per_entry = (rss - empty) * 1024 / entries;
     report["sync"] = y;
@@ -792,11 +795,14 @@ int run_report(cli_args& args) {
     const double pass_p99 = bucket_quantile(passes, 0.99) * 1000;
     const double decided = waits.empty() ? 0 : waits.back().second, pass_count = passes.empty() ? 0 : passes.back().second;
     const auto phase = d.value("phase", "");
+    if (decided > 0 && std::isfinite(p99)) decision_p99_ms[phase] = p99;
     report["decisions"][phase] = {{"entries", num(d, "entries")}, {"rate", num(d, "rate")},
                                   {"errors", num(d, "errors")},   {"decided", decided},
                                   {"p50_ms", round_to(p50, 2)},   {"p99_ms", round_to(p99, 2)},
                                   {"refresh_passes", pass_count}, {"refresh_pass_p99_ms", round_to(pass_p99, 1)}};
-    resource_rows.push_back({"placement decision at the seed during " + phase + ", p50 / p99",
+    const std::string during = phase == "busy_loops" ? "while a busy loop runs on every core (control)"
+                                                     : "during " + phase;
+    resource_rows.push_back({"placement decision at the seed " + during + ", p50 / p99",
                              fixed(p50, 2) + " / " + fixed(p99, 2) + " ms (" + fixed(decided, 0) + " decisions, " +
                                  fixed(num(d, "rate"), 0) + "/s, " + fixed(num(d, "entries"), 0) + " bindings, " +
                                  fixed(num(d, "errors"), 0) + " errors; " + fixed(pass_count, 0) +
@@ -834,7 +840,11 @@ int run_report(cli_args& args) {
   aim("scg peak RSS under load", rss_mib, 64, false, " MiB", 1);
   aim("RSS per idle session", kib_per_session, 2, false, " KiB", 2);
   aim("binding visible at other replicas, p99", delay_p99_ms, 10, false, " ms", 1);
-  aim("full sync of the entries", sync_s, 2, false, " s", 2);
+  // Issue #3's sync aim is 2 s for its 100,000 bindings; issue #16's, 5 s for a million.
+  aim("full sync of the entries", sync_s, sync_entries >= 1e6 ? 5 : 2, false, " s", 2);
+  for (const auto& phase : {"refresh", "sync"})
+    if (auto it = decision_p99_ms.find(phase); it != decision_p99_ms.end())
+      aim(std::string("placement decision p99 during ") + phase, it->second, 5, false, " ms", 2);
   aim("memory per replicated entry", bytes_per_entry, 300, false, " B", 0);
   auto vs_nginx = [&](const std::string& kind, int concurrency, const metric_fn& metric) -> std::optional<double> {
     for (const auto& c : raw.cases) {
