@@ -12,6 +12,7 @@
 #include "actors/drain_status.hpp"
 #include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
+#include "actors/session_directory.hpp"
 #include "core/rendezvous.hpp"
 #include "core/audit.hpp"
 #include "core/events.hpp"
@@ -27,14 +28,14 @@ struct router_state {
   std::uint64_t cursor = 0;
   std::uint64_t ticks = 0;
   /// The idle-session sweep under way: the next bucket of `sessions` it looks at.
-  std::optional<std::size_t> sweep_bucket;
+  std::optional<session_directory<session_actor>::cursor> sweep;
   bool accepting = true;
   /// SIGTERM's drain is over and the last writes are going to the peers:
   /// peers decide their new sessions themselves (see leave_atom).
   bool leaving = false;
   /// This replica's sessions; the actor is null while a session is idle
   /// (no live operations): an idle session costs its key here and its binding.
-  std::unordered_map<std::string, session_actor> sessions;
+  session_directory<session_actor> sessions;
   // The cluster, when there is one: our cluster actor and the live peers'
   // routers (self excluded), as the cluster actor last told us.
   replication_actor cluster;
@@ -342,14 +343,13 @@ void find_op(self_ptr self, const std::string& op_id, const route_callback& done
 /// Sends `msg` on to the session actor of `key`, if it lives.
 template <class... Ts>
 void to_session(self_ptr self, const std::string& key, Ts&&... xs) {
-  auto it = self->state.sessions.find(key);
-  if (it != self->state.sessions.end() && it->second) self->send(it->second, std::forward<Ts>(xs)...);
+  if (auto* s = self->state.sessions.find(key); s && *s) self->send(*s, std::forward<Ts>(xs)...);
 }
 
 /// Forgets an idle session (no actor): its binding and its directory entry.
-void forget_idle(self_ptr self, std::unordered_map<std::string, session_actor>::iterator it) {
-  self->state.table->erase_session(it->first);
-  self->state.sessions.erase(it);
+void forget_idle(self_ptr self, const std::string& key) {
+  self->state.table->erase_session(key);
+  self->state.sessions.erase(key);
 }
 
 /// A session this replica has no binding for: the cluster may know it, else
@@ -370,28 +370,25 @@ void resolve_new(self_ptr self, const std::string& key, const route_callback& do
 /// sweep may miss some, which the next one catches.
 void sweep_step(self_ptr self) {
   auto& st = self->state;
-  if (!st.sweep_bucket) return;
+  if (!st.sweep) return;
   const auto now = now_ms();
-  const std::size_t end = std::min(st.sessions.bucket_count(), *st.sweep_bucket + sweep_buckets);
   std::vector<std::string> idle;
-  for (std::size_t b = *st.sweep_bucket; b < end; ++b)
-    for (auto it = st.sessions.begin(b); it != st.sessions.end(b); ++it) {
-      auto last = st.table->session_last_seen(it->first);
-      if (last && now - *last < st.settings.session_ttl_ms) continue;
-      if (it->second) {
-        self->send(it->second, expire_atom::value);  // it checks again and forgets its operations
-      } else {
-        spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
-        idle.push_back(it->first);
-      }
+  st.sweep = st.sessions.for_each_step(*st.sweep, sweep_buckets, [&](const std::string& key, session_actor& s) {
+    auto last = st.table->session_last_seen(key);
+    if (last && now - *last < st.settings.session_ttl_ms) return;
+    if (s) {
+      self->send(s, expire_atom::value);  // it checks again and forgets its operations
+    } else {
+      spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
+      idle.push_back(key);
     }
+  });
   for (const auto& key : idle)
-    if (auto it = st.sessions.find(key); it != st.sessions.end()) {
+    if (auto* s = st.sessions.find(key); s && !*s) {
       core::bump(core::global_metrics().router_sessions_expired_total);
-      forget_idle(self, it);
+      forget_idle(self, key);
     }
-  if (end >= st.sessions.bucket_count()) return st.sweep_bucket.reset();
-  st.sweep_bucket = end;
+  if (st.sweep->done()) return st.sweep.reset();
   self->send(self, sweep_atom::value);
 }
 
@@ -402,8 +399,9 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
   st.table = std::move(table);
   st.backends = std::move(backends);
   self->set_exit_handler([=](const caf::exit_msg& msg) {
-    for (auto& [key, session] : self->state.sessions)
+    self->state.sessions.for_each([&](const std::string&, session_actor& session) {
       if (session) self->send_exit(session, msg.reason);
+    });
     self->quit(msg.reason);
   });
   self->delayed_send(self, op_sweep_interval, tick_atom::value);
@@ -574,9 +572,8 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
           replicate_put(self, "o/" + op_id, st.backends[op->backend]->name, key,
                         static_cast<std::uint64_t>(op->started_wall_ms));
         // A session of this replica gets its actor with its first live operation.
-        auto it = st.sessions.find(key);
-        if (it != st.sessions.end() && !it->second)
-          it->second = spawn_session(self, key, st.table, st.settings.session_ttl_ms, self);
+        if (auto* s = st.sessions.find(key); s && !*s)
+          *s = spawn_session(self, key, st.table, st.settings.session_ttl_ms, self);
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
@@ -589,8 +586,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         core::bump(core::global_metrics().router_sessions_released_total);
         self->state.table->erase_session(key);
         replicate(self, release_atom::value, "s/" + key);
-        if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
-          self->state.sessions.erase(it);
+        if (auto* s = self->state.sessions.find(key); s && !*s) self->state.sessions.erase(key);
         to_session(self, key, release_atom::value);
         if (auto k = session_key::parse(key))
           core::audit("session.release", {{"tenant", k->tenant}, {"user", k->user_id}, {"session", k->session_id}});
@@ -600,21 +596,18 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // bound again: a rebind replicates as a delete, then the new binding,
         // and the cluster actor may have applied both before this arrives.
         if (self->state.table->session_last_seen(key)) return;
-        if (auto it = self->state.sessions.find(key); it != self->state.sessions.end() && !it->second)
-          return forget_idle(self, it);
+        if (auto* s = self->state.sessions.find(key); s && !*s) return forget_idle(self, key);
         to_session(self, key, release_atom::value);
       },
       [=](ended_atom, const std::string& key) {
         // A new binding for the same key may already have a new actor.
-        auto it = self->state.sessions.find(key);
-        if (it != self->state.sessions.end() && it->second && it->second.address() == self->current_sender())
-          self->state.sessions.erase(it);
+        auto* s = self->state.sessions.find(key);
+        if (s && *s && s->address() == self->current_sender()) self->state.sessions.erase(key);
       },
       [=](idle_atom, const std::string& key) {
         // The session's last operation ended: it stays, without an actor.
-        auto it = self->state.sessions.find(key);
-        if (it != self->state.sessions.end() && it->second && it->second.address() == self->current_sender())
-          it->second = nullptr;
+        auto* s = self->state.sessions.find(key);
+        if (s && *s && s->address() == self->current_sender()) *s = nullptr;
       },
       [=](closing_atom) { self->state.accepting = false; },
       [=](leave_atom) -> caf::result<std::uint32_t, std::uint32_t> {
@@ -658,8 +651,8 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // One sweep for all sessions instead of a timer per session actor:
         // a timer costs more memory per idle session than the actor's state.
         const auto every = std::clamp<std::int64_t>(st.settings.session_ttl_ms / 4000, 1, 10);
-        if (st.ticks++ % static_cast<std::uint64_t>(every) == 0 && !st.sweep_bucket) {
-          st.sweep_bucket = 0;
+        if (st.ticks++ % static_cast<std::uint64_t>(every) == 0 && !st.sweep) {
+          st.sweep.emplace();
           sweep_step(self);
         }
         self->delayed_send(self, op_sweep_interval, tick_atom::value);
