@@ -27,7 +27,7 @@ struct router_state {
   backend_list backends;
   std::uint64_t cursor = 0;
   std::uint64_t ticks = 0;
-  /// The idle-session sweep under way: the next bucket of `sessions` it looks at.
+  /// The idle-session sweep under way: where in `sessions` its next step starts.
   std::optional<session_directory<session_actor>::cursor> sweep;
   bool accepting = true;
   /// SIGTERM's drain is over and the last writes are going to the peers:
