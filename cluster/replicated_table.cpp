@@ -94,13 +94,12 @@ void replicated_table::write_tail(shard::item& it, const entry& e) {
   std::memcpy(tail + e.session.size() + e.backend.size(), &stamp, stamp_size);
 }
 
-void replicated_table::replace(shard& s, shard::item*& it, const entry& e) {
-  const auto size = tail_size(e);
+void replicated_table::replace(shard& s, shard::item*& it, const entry& e, const head& h, std::size_t size) {
   if (it->tail().size() == size) {
-    it->value = head_of(e);  // a new version of the same shape (a refresh, most often): rewritten in place
+    it->value = h;  // a new version of the same shape (a refresh, most often): rewritten in place
   } else {
     s.erase(e.key);
-    it = s.try_emplace(e.key, size, head_of(e)).first;
+    it = s.try_emplace(e.key, size, h).first;
   }
   write_tail(*it, e);
 }
@@ -130,7 +129,9 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   key_hasher.add(incoming.key);
   const std::size_t fine = fine_of(key_hasher.finish());
   auto& s = shards_[fine / sub_buckets];
-  auto [found, added] = s.try_emplace(incoming.key, tail_size(incoming), head_of(incoming));
+  const head h = head_of(incoming);
+  const std::size_t size = tail_size(incoming);
+  auto [found, added] = s.try_emplace(incoming.key, size, h);
   if (added) {
     write_tail(*found, incoming);
     account(fine, entry_hash_after_key(key_hasher, incoming), incoming.deleted, true);
@@ -148,7 +149,7 @@ entry replicated_table::upsert(const entry& incoming, merge_result& result) {
   result.conflict = rival_backends;
   account(fine, entry_hash_after_key(key_hasher, current), current.deleted, false);
   account(fine, entry_hash_after_key(key_hasher, incoming), incoming.deleted, true);
-  replace(s, found, incoming);
+  replace(s, found, incoming, h, size);
   result.previous = std::move(current);
   return incoming;
 }

@@ -200,9 +200,9 @@ class replicated_table {
   head head_of(const entry& e);
   /// Writes `e`'s tail into `it`, whose head is head_of(e).
   static void write_tail(shard::item& it, const entry& e);
-  /// Makes `it` (in `s`) hold `e`, a newer version of its key; `it` moves
-  /// when the tail's size changes.
-  void replace(shard& s, shard::item*& it, const entry& e);
+  /// Makes `it` (in `s`) hold `e`, a newer version of its key, whose head is
+  /// `h` and tail `size` bytes; `it` moves when the tail's size changes.
+  void replace(shard& s, shard::item*& it, const entry& e, const head& h, std::size_t size);
   entry_view view(const shard::item& it) const;
   std::uint32_t name_id(std::string_view name);
 
