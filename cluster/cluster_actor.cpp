@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,7 @@
 #include "cluster/write_log.hpp"
 #include "core/address.hpp"
 #include "core/metrics.hpp"
+#include "core/pacing.hpp"
 #include "core/throttle.hpp"
 
 namespace scg::cluster {
@@ -50,6 +52,9 @@ constexpr auto default_flush_delay = 5ms;   // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 4096;    // entries per repair or delta message, at most
 constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
 constexpr double refresh_share = 0.25;        // of one core, at most, for a refresh pass (refresh_step)
+constexpr double merge_share = 0.4;           // of one core, at most, for merging a burst of repairs (paced_ack)
+constexpr auto merge_burst_gap = 1s;          // a repair this long after the last one starts a new burst
+constexpr auto merge_free = 20ms;             // a burst's first merge work, never held back
 constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr auto leave_timeout = 1500ms;      // for each peer to take the last writes at SIGTERM
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
@@ -121,6 +126,9 @@ struct cluster_state {
   std::uint64_t dial_rounds = 0;
   /// Reachability probes under way (reach_probe.hpp), by address, with the dial round that started each.
   std::map<std::string, std::pair<reach_probe, std::uint64_t>> probes;
+  /// The same for members held back for the other side's dial
+  /// (membership::held_addresses); a probe that answered is closed, its round kept.
+  std::map<std::string, std::pair<std::optional<reach_probe>, std::uint64_t>> held_probes;
   bool probe_poll_scheduled = false;
   bool resolving = false;  // a look-up of the seed names is under way
   // The refresh pass under way (refresh_step), if any, and its work so far.
@@ -128,6 +136,11 @@ struct cluster_state {
   std::optional<replicated_table::cursor> refresh;
   std::int64_t refresh_started_ms = 0;  // steady clock: when the last pass began
   std::chrono::steady_clock::duration refresh_work{};
+  // Repairs merged here are paced (paced_ack): the burst under way, its
+  // merge work so far, and the acknowledgments held back, oldest first.
+  std::chrono::steady_clock::time_point merge_burst_started, merge_last;
+  std::chrono::microseconds merge_work{};
+  std::deque<caf::typed_response_promise<ack_atom>> held_acks;
   static inline const char* name = "cluster";
 };
 
@@ -481,10 +494,10 @@ void refresh_step(self_ptr self) {
     // Paced to refresh_share of one core: replicas run their passes at the
     // same time on shared cores, and a pass that took a core whole would
     // keep the routers' decisions waiting for one.
-    const auto work_ms = std::chrono::duration_cast<std::chrono::milliseconds>(st.refresh_work).count();
-    const auto due_ms = static_cast<std::int64_t>(static_cast<double>(work_ms) / refresh_share) -
-                        (actors::now_ms() - st.refresh_started_ms);
-    if (due_ms > 0) return self->delayed_send(self, std::chrono::milliseconds(due_ms), refresh_atom::value);
+    using std::chrono::microseconds;
+    const auto wait = core::pace_delay(std::chrono::duration_cast<microseconds>(st.refresh_work),
+                                       microseconds((actors::now_ms() - st.refresh_started_ms) * 1000), refresh_share);
+    if (wait.count() > 0) return self->delayed_send(self, wait, refresh_atom::value);
     return self->send(self, refresh_atom::value);
   }
   st.refresh.reset();
@@ -551,6 +564,38 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
     }
   }
   st.members.on_batch(self->current_sender(), now, !batch.empty(), lag);
+}
+
+/// The acknowledgment of a repair message merged from `began` to now: at
+/// once, or held back until the burst of repairs it belongs to has used at
+/// most merge_share of one core. The sender sends at most repair_window
+/// messages ahead of its acks, so a full sync (a million entries: about a
+/// core-second of merging here, two thirds of that at the sender) leaves
+/// the cores of a shared host to the data path; measured: placement p99 at
+/// the sync source 13-18 ms unpaced (docs/cluster.md, Measured). A burst's
+/// first merge_free of work is never held: handoffs and digest rounds are
+/// acknowledged at once.
+caf::result<ack_atom> paced_ack(self_ptr self, std::chrono::steady_clock::time_point began) {
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  auto& st = self->state;
+  const auto now = std::chrono::steady_clock::now();
+  if (began - st.merge_last > merge_burst_gap) {
+    st.merge_burst_started = began;
+    st.merge_work = {};
+  }
+  st.merge_last = now;
+  st.merge_work += duration_cast<microseconds>(now - began);
+  const auto wait = st.merge_work < merge_free
+                        ? microseconds(0)
+                        : core::pace_delay(st.merge_work, duration_cast<microseconds>(now - st.merge_burst_started),
+                                           merge_share);
+  if (wait.count() == 0 && st.held_acks.empty()) return ack_atom::value;
+  // Acks leave in order: each ack_due delivers the oldest one held.
+  auto rp = self->make_response_promise<ack_atom>();
+  st.held_acks.push_back(rp);
+  self->delayed_send(self, wait, ack_due_atom::value);
+  return rp;
 }
 
 /// Drops members down for cluster.forget_after_secs (a scaled-down pod), with
@@ -739,6 +784,7 @@ void connect_to(self_ptr self, const std::string& address, const core::host_port
 }
 
 void watch_probes(self_ptr self);
+void watch_held(self_ptr self, bool start);
 
 /// Dials every address due (membership decides which) once a reachability
 /// probe found its port open; a name (not an IP literal) is dialed at once.
@@ -746,8 +792,14 @@ void watch_probes(self_ptr self);
 /// host): a new one goes out instead of waiting for the kernel's retransmission.
 void dial_due(self_ptr self) {
   auto& st = self->state;
-  for (const auto& address : st.members.dial_now(actors::wall_now_ms())) {
+  const auto now = actors::wall_now_ms();
+  for (const auto& address : st.members.dial_now(now)) {
     const auto target = core::parse_host_port(address);  // dial_now checked it
+    static core::log_throttle redials{std::chrono::seconds(1)};  // it dials again each round until greeted
+    if (st.members.open_without_greeting(address, now))
+      if (const auto held = redials.pass(); held >= 0)
+        log().info("redial address={} held_back={} reason=\"its port is open and no greeting came: the other "
+                   "side's dial did not reach it, dialing from this side too\"", address, held);
     auto it = st.probes.find(address);
     if (it != st.probes.end() && it->second.first.poll() == reach_probe::state::pending &&
         it->second.second < st.dial_rounds) {
@@ -780,7 +832,43 @@ void dial_due(self_ptr self) {
         break;
     }
   }
+  watch_held(self, true);
   watch_probes(self);
+}
+
+/// Members seen down that wait for the other side's dial are probed too
+/// (one probe a round each, `start`ing this round's), and what is found is
+/// told to membership: a port open for a while with no greeting makes
+/// dial_now dial it from this side.
+void watch_held(self_ptr self, bool start) {
+  auto& st = self->state;
+  const auto now = actors::wall_now_ms();
+  const auto held = st.members.held_addresses(now);
+  for (auto it = st.held_probes.begin(); it != st.held_probes.end();)  // no longer held: up, or dialed
+    it = held.count(it->first) ? std::next(it) : st.held_probes.erase(it);
+  for (const auto& address : held) {
+    auto it = st.held_probes.find(address);
+    if (start && (it == st.held_probes.end() || it->second.second < st.dial_rounds)) {
+      const auto target = core::parse_host_port(address);
+      auto probe = target ? reach_probe::start(target->host, target->port) : std::nullopt;
+      it = st.held_probes.insert_or_assign(address, std::pair{std::move(probe), st.dial_rounds}).first;
+    }
+    if (it == st.held_probes.end() || !it->second.first) continue;
+    auto& probe = it->second.first;
+    switch (probe->poll()) {
+      case reach_probe::state::open:
+        st.members.held_port_open(address, now);
+        probe.reset();
+        break;
+      case reach_probe::state::refused:
+      case reach_probe::state::unreachable:
+        st.members.held_port_shut(address);
+        probe.reset();
+        break;
+      case reach_probe::state::pending:
+        break;
+    }
+  }
 }
 
 /// While a probe of this dial round is pending (or open and not dialed yet),
@@ -794,6 +882,12 @@ void watch_probes(self_ptr self) {
     if (p.second != st.dial_rounds) continue;
     const auto state = p.first.poll();
     if (state == reach_probe::state::refused || state == reach_probe::state::unreachable) continue;
+    st.probe_poll_scheduled = true;
+    self->delayed_send(self, probe_poll, probe_atom::value);
+    return;
+  }
+  for (auto& [address, p] : st.held_probes) {
+    if (p.second != st.dial_rounds || !p.first || p.first->poll() != reach_probe::state::pending) continue;
     st.probe_poll_scheduled = true;
     self->delayed_send(self, probe_poll, probe_atom::value);
     return;
@@ -901,9 +995,16 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](entries_atom, const std::vector<entry>& batch, bool sync_reply) -> caf::result<ack_atom> {
         if (!listening(self)) return caf::skip;
         greet_if_stray(self);
+        const auto began = std::chrono::steady_clock::now();
         merge_batch(self, batch, false);
         if (sync_reply) mark_ready(self, "synced with a peer");
-        return ack_atom::value;
+        return paced_ack(self, began);
+      },
+      [=](ack_due_atom) {
+        auto& held = self->state.held_acks;
+        if (held.empty()) return;
+        held.front().deliver(ack_atom::value);
+        held.pop_front();
       },
       [=](delta_atom, const std::vector<entry>& batch) -> caf::result<void> {
         if (!listening(self)) return caf::skip;
@@ -977,6 +1078,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         st.probe_poll_scheduled = false;
         for (auto& [address, p] : st.probes)
           if (p.second == st.dial_rounds && p.first.poll() == reach_probe::state::open) return dial_due(self);
+        watch_held(self, false);
         watch_probes(self);
       },
       [=](resolved_atom, const std::vector<std::string>& addrs) {

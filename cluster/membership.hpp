@@ -123,6 +123,7 @@ class membership {
     }
     m.last_seen_ms = now_ms;
     targets_[address].connected = true;
+    targets_[address].open_since_ms = 0;
     for (const auto& a : gossip)
       if (core::parse_host_port(a) && !targets_.count(a)) targets_[a];  // dialed on the next round
     return was_up ? hello::known : hello::joined;
@@ -171,7 +172,10 @@ class membership {
       m.up = false;
       m.flapped = now_ms - m.up_since_ms < flap_ms;
       down.push_back(name);
-      if (auto t = targets_.find(m.address); t != targets_.end()) t->second.connected = false;
+      if (auto t = targets_.find(m.address); t != targets_.end()) {
+        t->second.connected = false;
+        t->second.open_since_ms = 0;
+      }
     }
     return down;
   }
@@ -232,11 +236,14 @@ class membership {
   /// dropped right after its greeting came): then the first side's dials
   /// are answered by CAF from a cached link that is dead on this side, until
   /// its connection timeout, and only this side's dial mends it at once.
+  /// The same holds back a member whose port this side's reachability
+  /// probe has found open for held_open_ms without its greeting coming:
+  /// the first side's dial was answered by CAF from a connection that is
+  /// dead on its side (heals that took ~1.25 s, the connection time-out and
+  /// a heartbeat, in the nemesis's partition runs), and this side's dial
+  /// gives CAF a live connection to switch to.
   std::vector<std::string> dial_now(std::int64_t now_ms) {
-    std::set<std::string> held;
-    for (const auto& [name, m] : members_)
-      if (!m.up && !m.flapped && node_name_ > name && now_ms - m.last_seen_ms < redial_fallback_ms)
-        held.insert(m.address);
+    const auto held = held_addresses(now_ms);
     std::vector<std::string> out;
     for (auto& [address, t] : targets_) {
       if (t.connected || t.in_flight || self_addresses_.count(address) || now_ms < t.next_attempt_ms) continue;
@@ -246,6 +253,32 @@ class membership {
     }
     return out;
   }
+  /// The addresses dial_now holds back at `now_ms`: members seen down that
+  /// wait for the other side's dial. The caller probes them and reports
+  /// what it finds (held_port_open, held_port_shut).
+  std::set<std::string> held_addresses(std::int64_t now_ms) const {
+    std::set<std::string> held;
+    for (const auto& [name, m] : members_) {
+      if (m.up || m.flapped || !(node_name_ > name) || now_ms - m.last_seen_ms >= redial_fallback_ms) continue;
+      if (!open_without_greeting(m.address, now_ms)) held.insert(m.address);
+    }
+    return held;
+  }
+  /// Whether a probe found `address`'s port open held_open_ms or more
+  /// before `now_ms` and no greeting came since (see dial_now).
+  bool open_without_greeting(const std::string& address, std::int64_t now_ms) const {
+    auto t = targets_.find(address);
+    return t != targets_.end() && t->second.open_since_ms > 0 && now_ms - t->second.open_since_ms >= held_open_ms;
+  }
+  /// A probe found held `address`'s port open at `now_ms` (the first time
+  /// counts).
+  void held_port_open(const std::string& address, std::int64_t now_ms) {
+    auto& t = targets_[address];
+    if (t.open_since_ms == 0) t.open_since_ms = now_ms;
+  }
+  /// A probe found held `address`'s port shut or unreachable: the count starts over.
+  void held_port_shut(const std::string& address) { targets_[address].open_since_ms = 0; }
+
   /// A dial of `address` connected: its backoff starts over.
   void dial_succeeded(const std::string& address) {
     auto& t = targets_[address];
@@ -299,6 +332,10 @@ class membership {
   static constexpr std::int64_t redial_fallback_ms = 5000;
   /// A member down this soon after it came up flapped (dial_now).
   static constexpr std::int64_t flap_ms = 1000;
+  /// How long a held member's port may be open without its greeting before
+  /// this side dials too (dial_now): the first side's dial round (250 ms)
+  /// and its connection, with room for a loaded host.
+  static constexpr std::int64_t held_open_ms = 400;
   static constexpr std::int64_t max_backoff_ms = 1000;  // a refusal costs a reachability probe only
   /// How long a refused peer's address waits before it is dialed again.
   static constexpr std::int64_t refused_redial_ms = 30000;
@@ -309,6 +346,7 @@ class membership {
     bool in_flight = false;
     std::int64_t next_attempt_ms = 0;
     std::int64_t backoff_ms = first_backoff_ms;
+    std::int64_t open_since_ms = 0;  ///< held: when a probe first found its port open (0: not yet)
   };
 
   struct refusal {

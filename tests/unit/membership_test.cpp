@@ -328,3 +328,31 @@ TEST_CASE("a member whose link drops right after its greeting is dialed at once 
   CHECK_FALSE(second.members().at("a").flapped);
   CHECK(second.dial_now(3000 + table::flap_ms + 1).empty());
 }
+
+TEST_CASE("a member held for the other side's dial is dialed from this side once its port is open without a greeting",
+          "[cluster][membership]") {
+  // "a" dialed "b" after a heal, but CAF answered from a connection that
+  // is dead on "a"'s side: no greeting reaches "b" until that connection
+  // times out (~1.25 s). "b" probes "a" meanwhile and dials it itself.
+  table second("b");
+  REQUIRE(second.on_hello({1, 10}, "r", false, "a", "10.0.0.1:7400", none, 1000) == hello::joined);
+  REQUIRE(second.on_down(link{1, 10}, 3000).size() == 1);
+  const std::string a = "10.0.0.1:7400";
+  CHECK(second.held_addresses(3100).count(a));
+  CHECK(second.dial_now(3100).empty());
+  second.held_port_open(a, 3200);
+  second.held_port_open(a, 3300);  // the first time counts
+  CHECK(second.dial_now(3200 + table::held_open_ms - 1).empty());
+  CHECK_FALSE(second.held_addresses(3200 + table::held_open_ms).count(a));
+  CHECK(second.dial_now(3200 + table::held_open_ms) == std::vector<std::string>{a});
+  second.dial_dropped(a);
+  // A shut port starts the count over.
+  second.held_port_shut(a);
+  CHECK(second.dial_now(3200 + table::held_open_ms).empty());
+  // Its greeting (brought by either dial) ends the hold; the next down starts afresh.
+  second.held_port_open(a, 4000);
+  REQUIRE(second.on_hello({1, 11}, "r", false, "a", a, none, 4100) == hello::joined);
+  REQUIRE(second.on_down(link{1, 11}, 6000).size() == 1);
+  CHECK(second.dial_now(6000 + table::held_open_ms).empty());
+  CHECK(second.held_addresses(6000 + table::held_open_ms).count(a));
+}
