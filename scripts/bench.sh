@@ -824,6 +824,7 @@ decisions() {
     >"$WORK/decisions-$phase.json" 2>>"$WORK/bench-client.log" &
   load_pid=$!
   CHILDREN+=("$load_pid")
+  DECISIONS_MARK="" DECISIONS_MARK_REFRESH=""
   [[ $1 == - ]] || "$@"
   wait "$load_pid" || die "the decision load ($phase) failed: $(cat "$WORK/decisions-$phase.json")"
   forget_child "$load_pid"
@@ -831,6 +832,13 @@ decisions() {
   printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
     "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * secs)) \
     "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$d1" "$r0" "$r1" >>"$RAW"
+  # CMD may mark the end of what it measures (the sync: the joiner ready):
+  # the decisions from the load's start to that mark, as phase PHASE_only.
+  if [[ -n $DECISIONS_MARK ]]; then
+    printf '{"kind":"decisions","phase":"%s_only","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
+      "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * secs)) \
+      "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$DECISIONS_MARK" "$r0" "$DECISIONS_MARK_REFRESH" >>"$RAW"
+  fi
   log "decisions during $phase: $(cat "$WORK/decisions-$phase.json")"
 }
 
@@ -939,14 +947,19 @@ cluster_bench() {
   # 4 (first half). The seed's placement decisions during a refresh pass at
   # full size, with nothing else going on, then during the sync below.
   decisions refresh "${admins[0]}" "$grpc1" -
+  local seed_ticks0 seed_sync_ticks="" joiner_sync_ticks=""
   join_replica() {
     t0=$(now_s)
+    seed_ticks0=$(proc_ticks "${pids[0]}")
     start_scg "replica-join" "${ttl[@]}" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
     joiner=$STARTED_PID
     for ((i = 0; i < 3000; i++)); do
       if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$STARTED_ADMIN_PORT/readyz") == 200 ]]; then
         ready_s=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.3f", b - a }')
+        seed_sync_ticks=$(($(proc_ticks "${pids[0]}") - seed_ticks0)) joiner_sync_ticks=$(proc_ticks "$joiner")
+        DECISIONS_MARK=$(delay_buckets "${admins[0]}" scg_router_decision_seconds)
+        DECISIONS_MARK_REFRESH=$(delay_buckets "${admins[0]}" scg_cluster_refresh_pass_seconds)
         break
       fi
       sleep 0.01
@@ -973,9 +986,11 @@ cluster_bench() {
   sleep 3 # every peer's sync reply has arrived and been freed
   total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
   rss=$(status_kib VmRSS "$joiner")
-  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s}\n' \
+  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s,"seed_cpu_s":%s,"joiner_cpu_s":%s}\n' \
     "$n" "$(replica_sessions "$STARTED_ADMIN_PORT")" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" \
-    "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" >>"$RAW"
+    "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" "$(ticks_to_s "${seed_sync_ticks:-0}")" \
+    "$(ticks_to_s "${joiner_sync_ticks:-0}")" >>"$RAW"
+  log "CPU until the joining replica was ready: the seed's $(ticks_to_s "${seed_sync_ticks:-0}") s, the joiner's $(ticks_to_s "${joiner_sync_ticks:-0}") s"
   log "full sync of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
   stop_pid "$joiner"
   for ((r = ${#pids[@]} - 1; r >= 0; r--)); do stop_pid "${pids[r]}"; done

@@ -35,6 +35,7 @@ using json = nlohmann::ordered_json;
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
 //   {"kind":"replication", "replicas", "sessions", "errors", "open_s", "visible_s"}
 //   {"kind":"decisions", "phase", "entries", "rate", "errors", "before", "after", "refresh_before", "refresh_after"}
+//     (phase refresh, sync, sync_only: the sync's part until the joiner was ready, busy_loops)
 //   {"kind":"soak_sample", "t_s", "rss_kib"} and {"kind":"soak", "seconds", ...}
 //   {"kind":"stalled", "round":R, "stream_window_bytes", <stalled line>, <cpu fields>}
 //     one per N of BENCH_STALLED and round, on a fresh scg; "error" instead when
@@ -773,6 +774,9 @@ int run_report(cli_args& args) {
     report["sync"]["rss_bytes_per_entry"] = round_to(bytes_per_entry.value_or(0), 1);
     resource_rows.push_back({"full sync to a joining replica: entries, time to ready",
                              fixed(entries, 0) + " in " + (sync_s ? fixed(*sync_s, 2) + " s" : std::string("never"))});
+    if (y.contains("joiner_cpu_s"))
+      resource_rows.push_back({"CPU until ready: the joining replica's, the seed's",
+                               fixed(num(y, "joiner_cpu_s"), 2) + " s, " + fixed(num(y, "seed_cpu_s"), 2) + " s"});
     resource_rows.push_back({"bytes received until ready (from all peers by the end)",
                              fixed(num(y, "bytes_until_ready") / 1048576, 1) + " MiB (" +
                                  fixed(num(y, "bytes_all_peers") / 1048576, 1) + " MiB), " +
@@ -800,8 +804,9 @@ int run_report(cli_args& args) {
                                   {"errors", num(d, "errors")},   {"decided", decided},
                                   {"p50_ms", round_to(p50, 2)},   {"p99_ms", round_to(p99, 2)},
                                   {"refresh_passes", pass_count}, {"refresh_pass_p99_ms", round_to(pass_p99, 1)}};
-    const std::string during = phase == "busy_loops" ? "while a busy loop runs on every core (control)"
-                                                     : "during " + phase;
+    const std::string during = phase == "busy_loops"  ? "while a busy loop runs on every core (control)"
+                               : phase == "sync_only" ? "from the joining replica's start to its readiness"
+                                                      : "during " + phase;
     resource_rows.push_back({"placement decision at the seed " + during + ", p50 / p99",
                              fixed(p50, 2) + " / " + fixed(p99, 2) + " ms (" + fixed(decided, 0) + " decisions, " +
                                  fixed(num(d, "rate"), 0) + "/s, " + fixed(num(d, "entries"), 0) + " bindings, " +
@@ -842,9 +847,15 @@ int run_report(cli_args& args) {
   aim("binding visible at other replicas, p99", delay_p99_ms, 10, false, " ms", 1);
   // Issue #3's sync aim is 2 s for its 100,000 bindings; issue #16's, 5 s for a million.
   aim("full sync of the entries", sync_s, sync_entries >= 1e6 ? 5 : 2, false, " s", 2);
-  for (const auto& phase : {"refresh", "sync"})
-    if (auto it = decision_p99_ms.find(phase); it != decision_p99_ms.end())
-      aim(std::string("placement decision p99 during ") + phase, it->second, 5, false, " ms", 2);
+  // The sync's aim is judged on the decisions made while it ran (sync_only)
+  // when the run marked its end; "sync" is the whole window around it.
+  for (const auto& phase : {"refresh", "sync_only", "sync"}) {
+    auto it = decision_p99_ms.find(phase);
+    if (it == decision_p99_ms.end()) continue;
+    if (std::string(phase) == "sync" && decision_p99_ms.count("sync_only")) continue;
+    aim(std::string("placement decision p99 during ") + (std::string(phase) == "sync_only" ? "sync" : phase),
+        it->second, 5, false, " ms", 2);
+  }
   aim("memory per replicated entry", bytes_per_entry, 300, false, " B", 0);
   auto vs_nginx = [&](const std::string& kind, int concurrency, const metric_fn& metric) -> std::optional<double> {
     for (const auto& c : raw.cases) {
