@@ -56,7 +56,7 @@ struct router_state {
 namespace {
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also the tick that starts session sweeps
-constexpr std::size_t sweep_buckets = 512;  // buckets of the session directory per sweep step (~0.25 ms)
+constexpr std::size_t sweep_buckets = 512;  // buckets of the session directory per sweep step
 constexpr double sweep_share = 0.1;         // of one core, at most, for an idle-session sweep (sweep_step)
 
 /// The backend pool of the tenant in session key `key`; nullptr: all backends.
@@ -667,7 +667,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // One sweep for all sessions instead of a timer per session actor:
         // a timer costs more memory per idle session than the actor's state.
         // Every sixteenth of the ttl (1 s to 1 min): an idle session goes
-        // from here at most that long after its ttl.
+        // from here that long after its ttl, plus the paced sweep's length.
         const auto every = std::clamp<std::int64_t>(st.settings.session_ttl_ms / 16000, 1, 60);
         if (st.ticks++ % static_cast<std::uint64_t>(every) == 0 && !st.sweep) {
           st.sweep.emplace();
