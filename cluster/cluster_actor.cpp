@@ -878,20 +878,18 @@ void watch_held(self_ptr self, bool start) {
 void watch_probes(self_ptr self) {
   auto& st = self->state;
   if (st.probe_poll_scheduled) return;
-  for (auto& [address, p] : st.probes) {
-    if (p.second != st.dial_rounds) continue;
-    const auto state = p.first.poll();
-    if (state == reach_probe::state::refused || state == reach_probe::state::unreachable) continue;
-    st.probe_poll_scheduled = true;
-    self->delayed_send(self, probe_poll, probe_atom::value);
-    return;
-  }
-  for (auto& [address, p] : st.held_probes) {
-    if (p.second != st.dial_rounds || !p.first || p.first->poll() != reach_probe::state::pending) continue;
-    st.probe_poll_scheduled = true;
-    self->delayed_send(self, probe_poll, probe_atom::value);
-    return;
-  }
+  const auto dial_probe_waits = std::any_of(st.probes.begin(), st.probes.end(), [&](auto& kv) {
+    if (kv.second.second != st.dial_rounds) return false;
+    const auto state = kv.second.first.poll();
+    return state != reach_probe::state::refused && state != reach_probe::state::unreachable;
+  });
+  const auto held_probe_waits = std::any_of(st.held_probes.begin(), st.held_probes.end(), [&](auto& kv) {
+    auto& [probe, round] = kv.second;
+    return round == st.dial_rounds && probe && probe->poll() == reach_probe::state::pending;
+  });
+  if (!dial_probe_waits && !held_probe_waits) return;
+  st.probe_poll_scheduled = true;
+  self->delayed_send(self, probe_poll, probe_atom::value);
 }
 
 }  // namespace
