@@ -34,6 +34,7 @@
 #include "actors/protocol.hpp"
 #include "cluster/membership.hpp"
 #include "cluster/messages.hpp"
+#include "cluster/packed_entries.hpp"
 #include "cluster/protocol_version.hpp"
 #include "cluster/reach_probe.hpp"
 #include "cluster/write_log.hpp"
@@ -76,17 +77,34 @@ constexpr std::int64_t handoff_margin_ms = 1000;
 constexpr std::int64_t digest_hold_ms = 1000;
 
 /// A repair under way to one peer: the (parts of) buckets it sends, the next
-/// one to copy, what is left of the one copied last (or of a handoff's
-/// entries), and the messages the peer has not acknowledged yet.
+/// one to pack, the messages packed from the one packed last (or from a
+/// handoff's entries) not sent yet, and those the peer has not acknowledged.
 struct repair_job {
   std::vector<bucket_part> parts;
   bool sync_reply = false;  // the peer may report ready after the last message
+  bool packed_wire = false;  // the peer takes entriesp (protocol 4)
   std::size_t next = 0;
-  std::vector<entry> copied;  // of parts[next - 1], not sent yet
+  std::deque<packed_entries> packed;  // sync_chunk entries each, at most
   int in_flight = 0;
   bool sent_last = false;
   bool failed = false;
 };
+
+/// Appends `e` to the last message of `out`, or to a new one once that holds sync_chunk.
+template <class Entry>
+void pack_into(std::deque<packed_entries>& out, const Entry& e) {
+  if (out.empty() || out.back().count == sync_chunk) out.emplace_back();
+  out.back().add(e);
+}
+
+/// A packed message as the vector of entries a peer before protocol 4 takes.
+std::vector<entry> unpacked(const packed_entries& p) {
+  std::vector<entry> out;
+  out.reserve(p.count);
+  packed_reader in(p.bytes);
+  for (entry e; in.next(e);) out.push_back(e);
+  return out;
+}
 
 }  // namespace
 
@@ -294,50 +312,58 @@ void send_digest(self_ptr self, const members_table::member& m) {
 
 /// Sends `peer` this replica's entries of the job's buckets: sync_chunk
 /// entries per message (about 400 KB), at most repair_window messages the
-/// peer has not acknowledged. A bucket is copied whole when its turn comes
-/// (a million bindings make 15,600 per bucket) and sent in parts; an entry
-/// written meanwhile reaches the peer as a delta too, and the newer version
-/// wins whichever comes first. A full sync of a large table thus holds a few
-/// megabytes of messages on either side (CAF keeps a connection's
-/// buffer at the largest size it ever had), and the routers' questions and
-/// the deltas on the same connection queue behind at most that, while the
-/// peer merges one message as the next is built and sent. `sync_reply`
-/// rides on the last message; a table that agrees sends one empty message.
+/// peer has not acknowledged. A bucket is packed whole when its turn comes
+/// (a million bindings make 15,600 per bucket, 1.4 MB) and sent in parts; an
+/// entry written meanwhile reaches the peer as a delta too, and the newer
+/// version wins whichever comes first. A full sync of a large table thus
+/// holds a few megabytes of messages on either side (CAF keeps a
+/// connection's buffer at the largest size it ever had), and the routers'
+/// questions and the deltas on the same connection queue behind at most
+/// that, while the peer merges one message as the next is built and sent.
+/// A peer of protocol 4 gets each message as one byte string (entriesp),
+/// which CAF copies whole; an older one the vector of entries CAF writes
+/// field by field. `sync_reply` rides on the last message; a table that
+/// agrees sends one empty message.
 void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr<repair_job>& job) {
   auto done = [self, peer] { self->state.repairing.erase(peer.address()); };
   while (!job->failed && !job->sent_last && job->in_flight < repair_window) {
-    std::vector<entry> part;
-    part.reserve(sync_chunk);
-    while (part.size() < sync_chunk) {
-      if (job->copied.empty()) {
-        if (job->next == job->parts.size()) break;
-        const auto& p = job->parts[job->next++];
-        job->copied = self->state.table->bucket_entries(p.bucket, p.subs);
-        continue;
-      }
-      const auto take = std::min(sync_chunk - part.size(), job->copied.size());
-      const auto from = job->copied.end() - static_cast<std::ptrdiff_t>(take);
-      part.insert(part.end(), std::make_move_iterator(from), std::make_move_iterator(job->copied.end()));
-      job->copied.erase(from, job->copied.end());
+    while (job->packed.empty() && job->next < job->parts.size()) {
+      const auto& p = job->parts[job->next++];
+      self->state.table->for_each_in(p.bucket, p.subs, [&](const entry_view& e) { pack_into(job->packed, e); });
     }
-    if (job->copied.empty()) job->copied.shrink_to_fit();
-    job->sent_last = job->copied.empty() && job->next == job->parts.size();
+    packed_entries part;
+    if (!job->packed.empty()) {
+      part = std::move(job->packed.front());
+      job->packed.pop_front();
+    }
+    job->sent_last = job->packed.empty() && job->next == job->parts.size();
     ++job->in_flight;
-    core::bump(core::global_metrics().cluster_repair_entries_sent_total, part.size());
-    self->request(peer, repair_timeout, entries_atom::value, std::move(part), job->sync_reply && job->sent_last)
-        .then(
-            [=](ack_atom) {
-              --job->in_flight;
-              if (job->failed) return;
-              if (job->sent_last && job->in_flight == 0) return done();
-              send_repair(self, peer, job);
-            },
-            [=](const caf::error&) {  // the peer went away: the next round repairs
-              if (job->failed) return;
-              job->failed = true;
-              done();
-            });
+    core::bump(core::global_metrics().cluster_repair_entries_sent_total, part.count);
+    const bool sync_reply = job->sync_reply && job->sent_last;
+    auto on_ack = [=](ack_atom) {
+      --job->in_flight;
+      if (job->failed) return;
+      if (job->sent_last && job->in_flight == 0) return done();
+      send_repair(self, peer, job);
+    };
+    auto on_error = [=](const caf::error&) {  // the peer went away (or refused the bytes): the next round repairs
+      if (job->failed) return;
+      job->failed = true;
+      done();
+    };
+    if (job->packed_wire)
+      self->request(peer, repair_timeout, entriesp_atom::value, std::move(part.bytes), part.count, sync_reply)
+          .then(on_ack, on_error);
+    else
+      self->request(peer, repair_timeout, entries_atom::value, unpacked(part), sync_reply).then(on_ack, on_error);
   }
+}
+
+/// A repair job for `peer`, in the wire form the two speak.
+std::shared_ptr<repair_job> new_repair_job(self_ptr self, const cluster_actor& peer) {
+  auto job = std::make_shared<repair_job>();
+  job->packed_wire = sends_packed_repairs(self->state.members.protocol_with(peer));
+  return job;
 }
 
 /// Answers the digest the current message carries: sends its sender what
@@ -350,7 +376,7 @@ void repair(self_ptr self, std::vector<bucket_part> parts) {
   // Until synced, this table is a partial copy of its sync source's:
   // nothing in it is news to the others.
   if (!st.synced && sender.address() != st.sync_source) return;
-  auto job = std::make_shared<repair_job>();
+  auto job = new_repair_job(self, sender);
   st.repairing.emplace(sender.address(), job);
   job->parts = std::move(parts);
   job->sync_reply = true;
@@ -533,16 +559,21 @@ void start_refresh(self_ptr self) {
 
 /// Merges entries from the peer that sent the current message: newest version
 /// wins, conflicts counted and logged, what changed mirrored into the data
-/// path. `delta`: local writes the peer pushed at once, whose delay since
-/// their write is observed (repairs carry old entries).
-void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
+/// path. `each(f)` calls `f(const entry&)` for every entry of the message
+/// (a vector's, or one at a time as they are unpacked). `delta`: local writes
+/// the peer pushed at once, whose delay since their write is observed
+/// (repairs carry old entries).
+template <class Each>
+void merge_entries(self_ptr self, bool delta, Each&& each) {
   auto& st = self->state;
   const auto now = actors::wall_now_ms();
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
   auto& metrics = core::global_metrics();
   std::int64_t lag = 0;
-  for (const auto& e : batch) {
+  bool any = false;
+  each([&](const entry& e) {
+    any = true;
     st.clock.observe(e.ver.time);
     auto r = st.table->merge(e);
     // Backend state (health, load, drains) is rewritten by its owner as it
@@ -553,7 +584,7 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
       log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
                  st.table->find(e.key)->ver.node);
     }
-    if (!r.applied) continue;
+    if (!r.applied) return;
     core::bump(metrics.cluster_entries_merged_total);
     apply(st, e);
     lag = std::max(lag, now - static_cast<std::int64_t>(e.ver.time.wall_ms));
@@ -562,8 +593,14 @@ void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
       metrics.replication_delay.observe(metrics.replication_bounds_us,
                                         static_cast<std::uint64_t>(std::max<std::int64_t>(delay_us, 0)));
     }
-  }
-  st.members.on_batch(self->current_sender(), now, !batch.empty(), lag);
+  });
+  st.members.on_batch(self->current_sender(), now, any, lag);
+}
+
+void merge_batch(self_ptr self, const std::vector<entry>& batch, bool delta) {
+  merge_entries(self, delta, [&](auto&& f) {
+    for (const auto& e : batch) f(e);
+  });
 }
 
 /// The acknowledgment of a repair message merged from `began` to now: at
@@ -633,12 +670,15 @@ bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name,
                "repaired by digest\"", name, actors::wall_now_ms() - from_ms);
     return false;
   }
-  auto job = std::make_shared<repair_job>();
-  job->copied.reserve(keys->size());
+  auto job = new_repair_job(self, peer);
+  std::size_t handed = 0;
   for (const auto& key : *keys)
-    if (auto e = st.table->find(key)) job->copied.push_back(std::move(*e));
+    if (auto e = st.table->find(key)) {
+      pack_into(job->packed, *e);
+      ++handed;
+    }
   core::bump(core::global_metrics().cluster_handoffs_total);
-  log().info("handoff node={} entries={} since_ms={}", name, job->copied.size(), actors::wall_now_ms() - from_ms);
+  log().info("handoff node={} entries={} since_ms={}", name, handed, actors::wall_now_ms() - from_ms);
   st.repairing.emplace(peer.address(), job);
   send_repair(self, peer, job);
   st.digest_held_until[name] = actors::wall_now_ms() + digest_hold_ms;
@@ -995,6 +1035,26 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         greet_if_stray(self);
         const auto began = std::chrono::steady_clock::now();
         merge_batch(self, batch, false);
+        if (sync_reply) mark_ready(self, "synced with a peer");
+        return paced_ack(self, began);
+      },
+      [=](entriesp_atom, const std::string& bytes, std::uint32_t count, bool sync_reply) -> caf::result<ack_atom> {
+        if (!listening(self)) return caf::skip;
+        greet_if_stray(self);
+        const auto began = std::chrono::steady_clock::now();
+        packed_reader in(bytes);
+        merge_entries(self, false, [&](auto&& f) {
+          for (entry e; in.next(e);) f(e);
+        });
+        if (!in.error().empty() || in.read() != count) {
+          // What came before the bad bytes is merged; the sender drops the
+          // rest of its repair, and the next digest round repairs it.
+          const auto why = in.error().empty() ? std::to_string(in.read()) + " entries where the message announced " +
+                                                    std::to_string(count)
+                                              : in.error();
+          dropped_message("repair_refused bytes=" + std::to_string(bytes.size()) + " reason=\"" + why + "\"");
+          return caf::make_error(caf::sec::invalid_argument, "repair refused: " + why);
+        }
         if (sync_reply) mark_ready(self, "synced with a peer");
         return paced_ack(self, began);
       },

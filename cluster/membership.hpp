@@ -189,6 +189,15 @@ class membership {
     return false;
   }
 
+  /// The protocol this replica and the member on `link` speak with each
+  /// other (common_protocol); 0 when no member has that link.
+  template <class L>
+  std::uint32_t protocol_with(const L& link) const {
+    for (const auto& [name, m] : members_)
+      if (m.link == link) return common_protocol(self_, m.version);
+    return 0;
+  }
+
   /// A batch from `link` arrived: its member was seen now, its lag is `lag_ms`
   /// (when the batch carried entries).
   template <class L>

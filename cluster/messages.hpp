@@ -17,6 +17,7 @@ using hellov_atom = caf::atom_constant<caf::atom("hellov")>;      // the same, w
 using digest_atom = caf::atom_constant<caf::atom("digest")>;      // a peer's table digest (64 buckets)
 using digestf_atom = caf::atom_constant<caf::atom("digestf")>;    // the same, by sub-bucket (protocol 3)
 using entries_atom = caf::atom_constant<caf::atom("entries")>;    // a repair: entries that differ
+using entriesp_atom = caf::atom_constant<caf::atom("entriesp")>;  // the same, packed (protocol 4)
 using ack_atom = caf::atom_constant<caf::atom("ack")>;            // a repair taken
 using delta_atom = caf::atom_constant<caf::atom("delta")>;        // a peer's local writes, pushed at once
 using flush_atom = caf::atom_constant<caf::atom("flush")>;        // push the outbox
@@ -48,6 +49,8 @@ using cluster_actor = actors::replication_actor::extend<
     caf::reacts_to<digest_atom, std::vector<std::uint64_t>>,
     caf::reacts_to<digestf_atom, std::vector<std::uint64_t>>,
     caf::replies_to<entries_atom, std::vector<entry>, bool>::with<ack_atom>,  // entries, sync_reply (the last of a sync)
+    // entries packed (cluster/packed_entries.hpp), how many, sync_reply
+    caf::replies_to<entriesp_atom, std::string, std::uint32_t, bool>::with<ack_atom>,
     caf::reacts_to<delta_atom, std::vector<entry>>,
     caf::reacts_to<synced_atom>,
     // from start() and the seed resolver

@@ -11,8 +11,9 @@ namespace scg::cluster {
 
 /// The cluster protocol this build speaks. 1 is v0.1.0's, which carried no
 /// version: a peer that sends only the legacy hello speaks 1. 2 added the
-/// versioned hello and `synced`; 3 the fine digest (`digestf`).
-inline constexpr std::uint32_t protocol_version = 3;
+/// versioned hello and `synced`; 3 the fine digest (`digestf`); 4 repairs
+/// with their entries packed in one byte string (`entriesp`).
+inline constexpr std::uint32_t protocol_version = 4;
 /// The oldest protocol this build still speaks: the previous release's.
 inline constexpr std::uint32_t min_protocol_version = 1;
 
@@ -55,5 +56,10 @@ inline bool announces_synced(const peer_version& theirs) { return theirs.protoco
 /// Whether two replicas speaking protocol `common` with each other exchange
 /// the fine digest (4096 sub-buckets, `digestf`) rather than the 64-bucket one.
 inline bool exchanges_fine_digest(std::uint32_t common) { return common >= 3; }
+
+/// Whether repairs between two replicas speaking protocol `common` carry
+/// their entries packed (`entriesp`, cluster/packed_entries.hpp) rather than
+/// as a vector of entries (`entries`).
+inline bool sends_packed_repairs(std::uint32_t common) { return common >= 4; }
 
 }  // namespace scg::cluster

@@ -197,12 +197,8 @@ bool replicated_table::released(std::string_view key) const {
 
 std::vector<entry> replicated_table::bucket_entries(std::size_t b, std::uint64_t subs) const {
   std::vector<entry> out;
-  if (b >= digest_buckets || subs == 0) return out;
-  const bool all = subs == ~std::uint64_t{0};
-  if (all) out.reserve(shards_[b].size());
-  shards_[b].for_each([&](const shard::item& it) {
-    if (all || ((subs >> (fine_bucket_of(it.key()) % sub_buckets)) & 1)) out.push_back(view(it).to_entry());
-  });
+  if (subs == ~std::uint64_t{0}) out.reserve(bucket_size(b));
+  for_each_in(b, subs, [&](const entry_view& e) { out.push_back(e.to_entry()); });
   return out;
 }
 

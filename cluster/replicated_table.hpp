@@ -125,6 +125,20 @@ class replicated_table {
   /// out of range.
   std::vector<entry> bucket_entries(std::size_t b, std::uint64_t subs = ~std::uint64_t{0}) const;
 
+  /// Calls `f(const entry_view&)` for the entries of bucket `b` in the
+  /// sub-buckets set in `subs`, without copying (none when `b` is out of
+  /// range); `f` must not change the table.
+  template <class F>
+  void for_each_in(std::size_t b, std::uint64_t subs, F&& f) const {
+    if (b >= digest_buckets || subs == 0) return;
+    const bool all = subs == ~std::uint64_t{0};
+    shards_[b].for_each([&](const shard::item& it) {
+      if (all || ((subs >> (fine_bucket_of(it.key()) % sub_buckets)) & 1)) f(view(it));
+    });
+  }
+  /// Entries held in bucket `b`, tombstones included (0 out of range).
+  std::size_t bucket_size(std::size_t b) const { return b < digest_buckets ? shards_[b].size() : 0; }
+
   /// Drops tombstones whose expiry is at or before `now_wall_ms`; returns how many.
   std::size_t expire_tombstones(std::uint64_t now_wall_ms);
   /// The same for one key (what a pass in steps found): whether it was dropped.

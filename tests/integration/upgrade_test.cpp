@@ -373,7 +373,7 @@ TEST_CASE("a cluster of the previous release rolled to this one under traffic lo
     CHECK(c.protocol_of(0, "scg-1") == 1);
     CHECK(c.protocol_of(0, "scg-2") == 1);
     auto self = c.view(0)["members"][0];
-    CHECK(self["protocol"] == 3);
+    CHECK(self["protocol"] == 4);
     CHECK(self["scg_version"] == SCG_VERSION);
     for (const auto& m : c.view(0)["members"])
       if (m["name"] != "scg-0") CHECK(m["scg_version"].is_null());
@@ -381,11 +381,11 @@ TEST_CASE("a cluster of the previous release rolled to this one under traffic lo
   load.stop();
   check_traffic(load);
   check_bindings(c, load);
-  // All on this build: every member protocol 2, with its version.
+  // All on this build: every member protocol 4, with its version.
   for (int i = 0; i < rolling_cluster::n; ++i)
     for (const auto& m : c.view(i)["members"]) {
       CHECK(m["status"] != "down");
-      CHECK(m["protocol"] == 3);
+      CHECK(m["protocol"] == 4);
       CHECK(m["scg_version"] == SCG_VERSION);
     }
   for (int i = 0; i < rolling_cluster::n; ++i)
@@ -403,7 +403,7 @@ TEST_CASE("a cluster of this release rolled back to the previous one under traff
     // Mixed: the new replicas show the rolled-back one as protocol 1.
     CHECK(c.protocol_of(1, "scg-0") == 1);
     CHECK(c.protocol_of(2, "scg-0") == 1);
-    CHECK(c.protocol_of(1, "scg-2") == 3);
+    CHECK(c.protocol_of(1, "scg-2") == 4);
   });
   load.stop();
   check_traffic(load);
@@ -435,7 +435,7 @@ TEST_CASE("a peer that speaks no protocol version in common is refused on both s
     ++lines;
     CHECK(line.find("\"node\":\"v-future\"") != std::string::npos);
     CHECK(line.find("\"peer_protocols\":\"9-9\"") != std::string::npos);
-    CHECK(line.find("\"protocols\":\"1-3\"") != std::string::npos);
+    CHECK(line.find("\"protocols\":\"1-4\"") != std::string::npos);
   }
   CHECK(lines == 1);
 }

@@ -185,6 +185,13 @@ TEST_CASE("a versioned hello records the peer's protocol, the legacy hello after
   REQUIRE(t.on_down(link{3, 30}, 2000).size() == 1);
   CHECK(t.on_hello({3, 31}, "r", false, "c", "10.0.0.3:7400", none, v2, 3000) == hello::joined);
   CHECK(t.members().at("c").version == v2);
+  // What each pair speaks: the newest protocol both do; nothing for a link no member has.
+  CHECK(t.protocol_with(link{2, 20}) == 2);
+  CHECK(t.protocol_with(link{3, 31}) == 2);
+  CHECK(t.protocol_with(link{3, 30}) == 0);
+  table older("o", {1, 1, "0.1.0"});
+  CHECK(older.on_hello({2, 20}, "r", false, "b", "10.0.0.2:7400", none, v2, 1000) == hello::joined);
+  CHECK(older.protocol_with(link{2, 20}) == 1);
 }
 
 TEST_CASE("a peer with no protocol in common is refused with its legacy hello, warned of once per version",

@@ -5,14 +5,23 @@
 
 using namespace scg::cluster;
 
-TEST_CASE("this build speaks protocol 3 and still speaks v0.1.0's protocol 1", "[cluster][version]") {
+TEST_CASE("this build speaks protocol 4 and still speaks v0.1.0's protocol 1", "[cluster][version]") {
   const auto self = this_build();
-  CHECK(self.protocol == 3);
+  CHECK(self.protocol == 4);
   CHECK(self.min_protocol == 1);
   CHECK(self.scg_version == SCG_VERSION);
   CHECK(common_protocol(self, legacy_peer()) == 1);  // a v0.1.0 peer
-  CHECK(common_protocol(self, self) == 3);
+  CHECK(common_protocol(self, self) == 4);
   CHECK(sends_legacy_hello(self));
+}
+
+TEST_CASE("each message shape goes to the peers whose common protocol has it", "[cluster][version]") {
+  CHECK_FALSE(announces_synced(legacy_peer()));
+  CHECK(announces_synced(peer_version{2, 1, "x"}));
+  CHECK_FALSE(exchanges_fine_digest(2));
+  CHECK(exchanges_fine_digest(3));
+  CHECK_FALSE(sends_packed_repairs(3));  // a protocol-3 peer gets the vector of entries
+  CHECK(sends_packed_repairs(4));
 }
 
 TEST_CASE("two replicas speak the newest protocol in both ranges, none when the ranges do not meet",
