@@ -263,6 +263,8 @@ void tell_synced(self_ptr self, const cluster_actor& peer, const peer_version& t
   if (self->state.synced && announces_synced(theirs)) self->send(peer, synced_atom::value);
 }
 
+void send_digest(self_ptr self, const members_table::member& m);
+
 void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
@@ -271,8 +273,16 @@ void mark_ready(self_ptr self, const char* why) {
   log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table->size(),
              actors::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
-  for (const auto& [name, m] : st.members.members())
-    if (m.up) tell_synced(self, m.link, m.version);
+  // The peers other than the sync source get our digest now, not at the
+  // next round: what they wrote while this replica was away and before
+  // they counted it up reached the source too late for its repair, and a
+  // peer of protocol 1 hands nothing off (a rolling upgrade's new replica
+  // then lacked for up to 2 s a session an old peer had just placed).
+  for (const auto& [name, m] : st.members.members()) {
+    if (!m.up) continue;
+    tell_synced(self, m.link, m.version);
+    if (m.link.address() != st.sync_source) send_digest(self, m);
+  }
   publish_members(self);
 }
 
