@@ -103,8 +103,7 @@ class packed_map {
   /// add or remove entries.
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& slot : slots_)
-      if (slot) f(*slot);
+    for_each_slots(0, slots_.size(), std::forward<F>(f));
   }
 
   /// Calls `f(item&)` for the entries in slots [from, from + slots), as
@@ -114,8 +113,14 @@ class packed_map {
   template <class F>
   std::size_t for_each_slots(std::size_t from, std::size_t slots, F&& f) const {
     const std::size_t end = std::min(slots_.size(), from + slots);
-    for (std::size_t i = from; i < end; ++i)
+    for (std::size_t i = from; i < end; ++i) {
+      // Entries are separate blocks all over the heap: a pass over a large
+      // map waits on a cache miss per entry unless it asks for the next
+      // ones early (a sync source's packing at a million entries spent a
+      // third of its time in the first read of each entry).
+      if (i + prefetch_ahead < end) prefetch(slots_[i + prefetch_ahead].get());
       if (slots_[i]) f(*slots_[i]);
+    }
     return std::max(from, end);
   }
 
@@ -132,6 +137,15 @@ class packed_map {
     }
   };
   using item_ptr = std::unique_ptr<item, item_free>;
+
+  /// How many slots ahead a pass asks for entries, and the two cache lines
+  /// of an entry it asks for (the head and the start of the bytes after it).
+  static constexpr std::size_t prefetch_ahead = 8;
+  static void prefetch(const item* it) {
+    if (!it) return;
+    __builtin_prefetch(it);
+    __builtin_prefetch(reinterpret_cast<const char*>(it) + 64);
+  }
 
   /// A key's tag: the top 32 bits of its hash times 2^64/phi (Fibonacci
   /// hashing), so keys whose hashes share their low bits (one shard of a

@@ -34,7 +34,8 @@
 # "unary h2load stream stalled"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
 # (unary, default "1 32 256"), BENCH_STALLED (the stalled readers' counts, default
 # "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
-# in BENCH_BUILD_DIR as they are, without building).
+# in BENCH_BUILD_DIR as they are, without building), BENCH_KEEP (1: keep the
+# replicas' logs and the raw files in the work directory it names).
 # nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when a
 # path or workload that needs one is selected and it is missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
@@ -187,8 +188,10 @@ cleanup() {
   trap - EXIT INT TERM
   # Newest first: samplers and clients before the servers they watch or call.
   for ((i = ${#CHILDREN[@]} - 1; i >= 0; i--)); do stop_pid "${CHILDREN[i]}"; done
-  if ((rc == 0)); then
+  if ((rc == 0)) && [[ ${BENCH_KEEP:-0} != 1 ]]; then
     rm -rf "$WORK"
+  elif ((rc == 0)); then
+    log "logs kept in $WORK (BENCH_KEEP=1)"
   else
     log "failed (exit $rc); logs kept in $WORK"
   fi
