@@ -276,8 +276,8 @@ void mark_ready(self_ptr self, const char* why) {
   // The peers other than the sync source get our digest now, not at the
   // next round: what they wrote while this replica was away and before
   // they counted it up reached the source too late for its repair, and a
-  // peer of protocol 1 hands nothing off (a rolling upgrade's new replica
-  // then lacked for up to 2 s a session an old peer had just placed).
+  // new process is handed nothing off (a rolling upgrade's new replica then
+  // lacked for up to 2 s a session a peer had just placed).
   for (const auto& [name, m] : st.members.members()) {
     if (!m.up) continue;
     tell_synced(self, m.link, m.version);

@@ -510,6 +510,41 @@ TEST_CASE("a replica stopped by SIGTERM hands its last writes to its peers befor
                     R"("event":"left_cluster","peers":"1","acknowledged":"1")") == 1);
 }
 
+TEST_CASE("a joining replica knows what a peer other than its sync source wrote within a second of turning ready",
+          "[integration][cluster]") {
+  cluster_env env(1);
+  auto& source = *env.replicas[0];
+  // Test-only: the writer holds its writes 60 s instead of 5 ms, so its
+  // bindings reach the others only by the digest repairs.
+  env.replicas.push_back(std::make_unique<gateway>(
+      start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
+                                          cluster_block("scg-1", {source.cluster_port})),
+                    "scg-1", {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+  REQUIRE(env.wait_for_mesh(10s));
+  auto& writer = *env.replicas[1];
+  std::map<std::string, std::string> placed;  // the writer decides those whose key it owns
+  for (int i = 0; i < 16; ++i) {
+    const std::string s = "join-" + std::to_string(i);
+    placed[s] = config_backend(writer.grpc_port, s);
+    REQUIRE(!placed[s].empty());
+  }
+  // A replica seeded with both syncs from the first one up; the writer, up
+  // by the end of that sync or soon after, is asked at once, not at the
+  // joiner's next 2 s round.
+  auto& joiner = env.add_replica({source.cluster_port, writer.cluster_port});
+  REQUIRE(eventually([&] { return http_get(joiner.admin_port, "/readyz").first == 200; }, 10s));
+  const auto ready = std::chrono::steady_clock::now();
+  auto all_known = [&] {
+    for (const auto& [s, backend] : placed)
+      if (listed_backend(joiner, s) != backend) return false;
+    return true;
+  };
+  const bool known = eventually(all_known, 1s);
+  INFO("after " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - ready).count()
+                << " ms");
+  CHECK(known);
+}
+
 TEST_CASE("three replicas started at the same instant, each seeded with all, form one mesh", "[integration][cluster]") {
   // Each may be dialed before it knows the address it announces: none may
   // announce an empty one, and none may fail on one.
