@@ -375,19 +375,22 @@ TEST_CASE("a cluster of the previous release rolled to this one under traffic lo
     auto self = c.view(0)["members"][0];
     CHECK(self["protocol"] == 4);
     CHECK(self["scg_version"] == SCG_VERSION);
-    for (const auto& m : c.view(0)["members"])
+    const auto view = c.view(0);  // held: a range-for over a temporary's member dangles
+    for (const auto& m : view["members"])
       if (m["name"] != "scg-0") CHECK(m["scg_version"].is_null());
   });
   load.stop();
   check_traffic(load);
   check_bindings(c, load);
   // All on this build: every member protocol 4, with its version.
-  for (int i = 0; i < rolling_cluster::n; ++i)
-    for (const auto& m : c.view(i)["members"]) {
+  for (int i = 0; i < rolling_cluster::n; ++i) {
+    const auto view = c.view(i);
+    for (const auto& m : view["members"]) {
       CHECK(m["status"] != "down");
       CHECK(m["protocol"] == 4);
       CHECK(m["scg_version"] == SCG_VERSION);
     }
+  }
   for (int i = 0; i < rolling_cluster::n; ++i)
     CHECK(metric_value(c.admin_ports[i], "scg_cluster_protocol_refused_total") == 0);
 }
