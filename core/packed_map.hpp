@@ -116,8 +116,8 @@ class packed_map {
     for (std::size_t i = from; i < end; ++i) {
       // Entries are separate blocks all over the heap: a pass over a large
       // map waits on a cache miss per entry unless it asks for the next
-      // ones early (a sync source's packing at a million entries spent a
-      // third of its time in the first read of each entry).
+      // ones early (a pass over a million entries appending key and tail,
+      // as a sync source packs them: 113-144 ms without, 89-91 ms with).
       if (i + prefetch_ahead < end) prefetch(slots_[i + prefetch_ahead].get());
       if (slots_[i]) f(*slots_[i]);
     }
