@@ -45,6 +45,30 @@ std::string listed_backend(const gateway& g, const std::string& session) {
   return "";
 }
 
+
+/// Adds to `env` a replica seeded with `seed_port` whose writes wait 60 s in
+/// its outbox instead of 5 ms (test-only SCG_TEST_FLUSH_DELAY_MS): its
+/// bindings reach the others only by what else sends them.
+gateway& add_holding_replica(cluster_env& env, int seed_port) {
+  const std::string name = "scg-" + std::to_string(env.replicas.size());
+  env.replicas.push_back(std::make_unique<gateway>(
+      start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block(name, {seed_port})),
+                    name, {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+  return *env.replicas.back();
+}
+
+/// `n` new sessions PREFIX-0 .. PREFIX-(n-1) through replica `g`, each with
+/// the backend it was placed on (the replica decides those whose key it owns).
+std::map<std::string, std::string> place_sessions(const gateway& g, const std::string& prefix, int n) {
+  std::map<std::string, std::string> placed;
+  for (int i = 0; i < n; ++i) {
+    const std::string s = prefix + "-" + std::to_string(i);
+    placed[s] = config_backend(g.grpc_port, s);
+    REQUIRE(!placed[s].empty());
+  }
+  return placed;
+}
+
 }  // namespace
 
 TEST_CASE("three replicas: every rpc of 200 sessions at a random replica keeps its backend",
@@ -482,21 +506,11 @@ TEST_CASE("a clustered replica drains and exits 0 on SIGTERM - its peer sees it 
 TEST_CASE("a replica stopped by SIGTERM hands its last writes to its peers before it exits", "[integration][cluster]") {
   cluster_env env(1);
   auto& stays = *env.replicas[0];
-  // Test-only: the leaving replica holds its writes 60 s instead of 5 ms, so
-  // only what it does at SIGTERM can bring them to its peer.
-  env.replicas.push_back(std::make_unique<gateway>(
-      start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
-                                          cluster_block("scg-1", {stays.cluster_port})),
-                    "scg-1", {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+  // The leaving replica holds its writes, so only what it does at SIGTERM
+  // can bring them to its peer.
+  auto& leaving = add_holding_replica(env, stays.cluster_port);
   REQUIRE(env.wait_for_mesh(10s));
-  auto& leaving = *env.replicas[1];
-  // New sessions through the leaving replica: it decides those whose key it owns.
-  std::map<std::string, std::string> placed;
-  for (int i = 0; i < 16; ++i) {
-    const std::string s = "last-" + std::to_string(i);
-    placed[s] = config_backend(leaving.grpc_port, s);
-    REQUIRE(!placed[s].empty());
-  }
+  const auto placed = place_sessions(leaving, "last", 16);
   int held = 0;  // decided there and not yet known here (an anti-entropy round may have sent some)
   for (const auto& [s, backend] : placed) held += listed_backend(stays, s).empty();
   INFO(held << " of 16 bindings were held in the leaving replica's outbox");
@@ -514,20 +528,11 @@ TEST_CASE("a joining replica knows what a peer other than its sync source wrote 
           "[integration][cluster]") {
   cluster_env env(1);
   auto& source = *env.replicas[0];
-  // Test-only: the writer holds its writes 60 s instead of 5 ms, so its
-  // bindings reach the others only by the digest repairs.
-  env.replicas.push_back(std::make_unique<gateway>(
-      start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]},
-                                          cluster_block("scg-1", {source.cluster_port})),
-                    "scg-1", {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+  // The writer holds its writes: its bindings reach the others only by the
+  // digest repairs.
+  auto& writer = add_holding_replica(env, source.cluster_port);
   REQUIRE(env.wait_for_mesh(10s));
-  auto& writer = *env.replicas[1];
-  std::map<std::string, std::string> placed;  // the writer decides those whose key it owns
-  for (int i = 0; i < 16; ++i) {
-    const std::string s = "join-" + std::to_string(i);
-    placed[s] = config_backend(writer.grpc_port, s);
-    REQUIRE(!placed[s].empty());
-  }
+  const auto placed = place_sessions(writer, "join", 16);
   // A replica seeded with both syncs from the first one up; the writer, up
   // by the end of that sync or soon after, is asked at once, not at the
   // joiner's next 2 s round.
