@@ -35,6 +35,7 @@
 #include "cluster/membership.hpp"
 #include "cluster/messages.hpp"
 #include "cluster/packed_entries.hpp"
+#include "cluster/repair_packer.hpp"
 #include "cluster/protocol_version.hpp"
 #include "cluster/reach_probe.hpp"
 #include "cluster/write_log.hpp"
@@ -76,26 +77,19 @@ constexpr std::int64_t handoff_margin_ms = 1000;
 // other handed over, and the digests differ only where neither knew.
 constexpr std::int64_t digest_hold_ms = 1000;
 
-/// A repair under way to one peer: the (parts of) buckets it sends, the next
-/// one to pack, the messages packed from the one packed last (or from a
-/// handoff's entries) not sent yet, and those the peer has not acknowledged.
+/// A repair under way to one peer: its messages, packed a step at a time
+/// (from the buckets that differ, or a handoff's entries), and those the
+/// peer has not acknowledged.
 struct repair_job {
-  std::vector<bucket_part> parts;
+  cluster_actor peer;
+  repair_packer packer;
   bool sync_reply = false;  // the peer may report ready after the last message
   bool packed_wire = false;  // the peer takes entriesp (protocol 4)
-  std::size_t next = 0;
-  std::deque<packed_entries> packed;  // sync_chunk entries each, at most
   int in_flight = 0;
+  bool step_queued = false;  // a repair_step_atom for it waits in the mailbox
   bool sent_last = false;
   bool failed = false;
 };
-
-/// Appends `e` to the last message of `out`, or to a new one once that holds sync_chunk.
-template <class Entry>
-void pack_into(std::deque<packed_entries>& out, const Entry& e) {
-  if (out.empty() || out.back().count == sync_chunk) out.emplace_back();
-  out.back().add(e);
-}
 
 /// A packed message as the vector of entries a peer before protocol 4 takes.
 std::vector<entry> unpacked(const packed_entries& p) {
@@ -320,58 +314,67 @@ void send_digest(self_ptr self, const members_table::member& m) {
 }
 
 
-/// Sends `peer` this replica's entries of the job's buckets: sync_chunk
-/// entries per message (about 400 KB), at most repair_window messages the
-/// peer has not acknowledged. A bucket is packed whole when its turn comes
-/// (a million bindings make 15,600 per bucket, 1.4 MB) and sent in parts; an
-/// entry written meanwhile reaches the peer as a delta too, and the newer
-/// version wins whichever comes first. A full sync of a large table thus
-/// holds a few megabytes of messages on either side (CAF keeps a
-/// connection's buffer at the largest size it ever had), and the routers'
-/// questions and the deltas on the same connection queue behind at most
-/// that, while the peer merges one message as the next is built and sent.
-/// A peer of protocol 4 gets each message as one byte string (entriesp),
-/// which CAF copies whole; an older one the vector of entries CAF writes
-/// field by field. `sync_reply` rides on the last message; a table that
-/// agrees sends one empty message.
-void send_repair(self_ptr self, const cluster_actor& peer, const std::shared_ptr<repair_job>& job) {
-  auto done = [self, peer] { self->state.repairing.erase(peer.address()); };
-  while (!job->failed && !job->sent_last && job->in_flight < repair_window) {
-    while (job->packed.empty() && job->next < job->parts.size()) {
-      const auto& p = job->parts[job->next++];
-      self->state.table->for_each_in(p.bucket, p.subs, [&](const entry_view& e) { pack_into(job->packed, e); });
-    }
-    packed_entries part;
-    if (!job->packed.empty()) {
-      part = std::move(job->packed.front());
-      job->packed.pop_front();
-    }
-    job->sent_last = job->packed.empty() && job->next == job->parts.size();
-    ++job->in_flight;
-    core::bump(core::global_metrics().cluster_repair_entries_sent_total, part.count);
-    const bool sync_reply = job->sync_reply && job->sent_last;
-    auto on_ack = [=](ack_atom) {
-      --job->in_flight;
-      if (job->failed) return;
-      if (job->sent_last && job->in_flight == 0) return done();
-      send_repair(self, peer, job);
-    };
-    auto on_error = [=](const caf::error&) {  // the peer went away (or refused the bytes): the next round repairs
-      if (job->failed) return;
-      job->failed = true;
-      done();
-    };
-    if (job->packed_wire)
-      self->request(peer, repair_timeout, entriesp_atom::value, std::move(part.bytes), part.count, sync_reply)
-          .then(on_ack, on_error);
-    else
-      self->request(peer, repair_timeout, entries_atom::value, unpacked(part), sync_reply).then(on_ack, on_error);
-  }
+void repair_step(self_ptr self, const std::shared_ptr<repair_job>& job);
+
+/// Sends the next step of `job` to the back of the mailbox, once.
+void queue_repair_step(self_ptr self, repair_job& job) {
+  if (job.step_queued) return;
+  job.step_queued = true;
+  self->send(self, repair_step_atom::value, job.peer.address());
 }
 
-/// A repair job for `peer`, in the wire form the two speak.
-std::shared_ptr<repair_job> new_repair_job(self_ptr self, const cluster_actor& peer) {
-  auto job = std::make_shared<repair_job>();
+/// Sends the job's next packed message (an empty one when none is left).
+void send_packed(self_ptr self, const std::shared_ptr<repair_job>& job) {
+  auto done = [self, peer = job->peer] { self->state.repairing.erase(peer.address()); };
+  auto part = job->packer.take();
+  job->sent_last = job->packer.done();
+  ++job->in_flight;
+  core::bump(core::global_metrics().cluster_repair_entries_sent_total, part.count);
+  const bool sync_reply = job->sync_reply && job->sent_last;
+  auto on_ack = [=](ack_atom) {
+    --job->in_flight;
+    if (job->failed) return;
+    if (job->sent_last && job->in_flight == 0) return done();
+    if (!job->step_queued) repair_step(self, job);
+  };
+  auto on_error = [=](const caf::error&) {  // the peer went away (or refused the bytes): the next round repairs
+    if (job->failed) return;
+    job->failed = true;
+    done();
+  };
+  if (job->packed_wire)
+    self->request(job->peer, repair_timeout, entriesp_atom::value, std::move(part.bytes), part.count, sync_reply)
+        .then(on_ack, on_error);
+  else
+    self->request(job->peer, repair_timeout, entries_atom::value, unpacked(part), sync_reply).then(on_ack, on_error);
+}
+
+/// One step of a repair: sends the peer this replica's entries of the job's
+/// buckets, sync_chunk entries per message (about 400 KB), at most
+/// repair_window messages it has not acknowledged. A step packs and sends
+/// one message, a few milliseconds of work at most, then sends the next
+/// step to the back of the mailbox while the window has room, so the
+/// routers' questions wait for one message, not for a bucket (a million
+/// bindings make 15,600 per bucket) or a whole sync. An entry written
+/// meanwhile reaches the peer as a delta too, and the newer version wins
+/// whichever comes first. A full sync of a large table thus holds a few
+/// megabytes of messages on either side (CAF keeps a connection's buffer
+/// at the largest size it ever had), and the deltas on the same connection
+/// queue behind at most that, while the peer merges one message as the
+/// next is built and sent. A peer of protocol 4 gets each message as one
+/// byte string (entriesp), which CAF copies whole; an older one the vector
+/// of entries CAF writes field by field. `sync_reply` rides on the last
+/// message; a table that agrees sends one empty message.
+void repair_step(self_ptr self, const std::shared_ptr<repair_job>& job) {
+  if (job->failed || job->sent_last || job->in_flight >= repair_window) return;
+  job->packer.step(*self->state.table);
+  if (job->packer.ready()) send_packed(self, job);
+  if (!job->sent_last && job->in_flight < repair_window) queue_repair_step(self, *job);
+}
+
+/// A repair job for `peer` of the `parts` of buckets that differ, in the wire form the two speak.
+std::shared_ptr<repair_job> new_repair_job(self_ptr self, const cluster_actor& peer, std::vector<bucket_part> parts) {
+  auto job = std::make_shared<repair_job>(repair_job{peer, repair_packer(std::move(parts), sync_chunk)});
   job->packed_wire = sends_packed_repairs(self->state.members.protocol_with(peer));
   return job;
 }
@@ -386,11 +389,10 @@ void repair(self_ptr self, std::vector<bucket_part> parts) {
   // Until synced, this table is a partial copy of its sync source's:
   // nothing in it is news to the others.
   if (!st.synced && sender.address() != st.sync_source) return;
-  auto job = new_repair_job(self, sender);
+  auto job = new_repair_job(self, sender, std::move(parts));
   st.repairing.emplace(sender.address(), job);
-  job->parts = std::move(parts);
   job->sync_reply = true;
-  send_repair(self, sender, job);
+  repair_step(self, job);
 }
 
 /// `batch` in messages of sync_chunk entries at most, its entries moved: a
@@ -680,17 +682,17 @@ bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name,
                "repaired by digest\"", name, actors::wall_now_ms() - from_ms);
     return false;
   }
-  auto job = new_repair_job(self, peer);
+  auto job = new_repair_job(self, peer, {});
   std::size_t handed = 0;
   for (const auto& key : *keys)
     if (auto e = st.table->find(key)) {
-      pack_into(job->packed, *e);
+      job->packer.add(*e);
       ++handed;
     }
   core::bump(core::global_metrics().cluster_handoffs_total);
   log().info("handoff node={} entries={} since_ms={}", name, handed, actors::wall_now_ms() - from_ms);
   st.repairing.emplace(peer.address(), job);
-  send_repair(self, peer, job);
+  repair_step(self, job);
   st.digest_held_until[name] = actors::wall_now_ms() + digest_hold_ms;
   return true;
 }
@@ -1171,6 +1173,13 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         self->delayed_send(self, anti_entropy_interval, ae_atom::value);
       },
       [=](refresh_atom) { refresh_step(self); },
+      [=](repair_step_atom, const caf::actor_addr& peer) {
+        auto it = self->state.repairing.find(peer);
+        if (it == self->state.repairing.end()) return;  // over (the peer went down)
+        auto job = it->second;
+        job->step_queued = false;
+        repair_step(self, job);
+      },
       [=](ready_atom) {
         // A synced peer up means its repair may still be on the way (a large
         // table, a busy host): ready only when it ends, or when no synced

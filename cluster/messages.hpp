@@ -26,6 +26,7 @@ using probe_atom = caf::atom_constant<caf::atom("probe")>;        // look at thi
 using ae_atom = caf::atom_constant<caf::atom("ae")>;              // periodic anti-entropy
 using ready_atom = caf::atom_constant<caf::atom("ready")>;        // the sync wait is over
 using refresh_atom = caf::atom_constant<caf::atom("refresh")>;    // the next step of the refresh pass
+using repair_step_atom = caf::atom_constant<caf::atom("rstep")>;  // the next step of a repair to a peer
 using ack_due_atom = caf::atom_constant<caf::atom("ackdue")>;      // the oldest repair ack held back is due
 using address_atom = caf::atom_constant<caf::atom("address")>;    // where peers reach us, once bound
 using resolved_atom = caf::atom_constant<caf::atom("resolved")>;  // seed addresses found
@@ -58,7 +59,8 @@ using cluster_actor = actors::replication_actor::extend<
     caf::reacts_to<resolved_atom, std::vector<std::string>>,
     // self-addressed
     caf::reacts_to<flush_atom>, caf::reacts_to<dial_atom>, caf::reacts_to<ae_atom>, caf::reacts_to<ready_atom>,
-    caf::reacts_to<refresh_atom>, caf::reacts_to<probe_atom>, caf::reacts_to<ack_due_atom>>;
+    caf::reacts_to<refresh_atom>, caf::reacts_to<probe_atom>, caf::reacts_to<ack_due_atom>,
+    caf::reacts_to<repair_step_atom, caf::actor_addr>>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hlc_time& x) {

@@ -139,6 +139,23 @@ class replicated_table {
   /// Entries held in bucket `b`, tombstones included (0 out of range).
   std::size_t bucket_size(std::size_t b) const { return b < digest_buckets ? shards_[b].size() : 0; }
 
+  /// for_each_in over the slots [from, from + slots) of bucket `b`'s map, for
+  /// a pass over one bucket in steps; returns the slot after the last one
+  /// visited, bucket_slots(b) or more once past its end.
+  template <class F>
+  std::size_t for_each_in_slots(std::size_t b, std::uint64_t subs, std::size_t from, std::size_t slots, F&& f) const {
+    if (b >= digest_buckets) return from;
+    const bool all = subs == ~std::uint64_t{0};
+    return shards_[b].for_each_slots(from, slots, [&](const shard::item& it) {
+      if (all || ((subs >> (fine_bucket_of(it.key()) % sub_buckets)) & 1)) f(view(it));
+    });
+  }
+  /// The slots of bucket `b`'s map (0 out of range).
+  std::size_t bucket_slots(std::size_t b) const { return b < digest_buckets ? shards_[b].capacity() : 0; }
+  /// How many times entries of bucket `b` changed slots (core::packed_map::moves):
+  /// a pass in steps over it that sees this change starts over.
+  std::uint64_t bucket_moves(std::size_t b) const { return b < digest_buckets ? shards_[b].moves() : 0; }
+
   /// Drops tombstones whose expiry is at or before `now_wall_ms`; returns how many.
   std::size_t expire_tombstones(std::uint64_t now_wall_ms);
   /// The same for one key (what a pass in steps found): whether it was dropped.

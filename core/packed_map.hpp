@@ -76,6 +76,7 @@ class packed_map {
     const std::size_t mask = slots_.size() - 1;
     slots_[hole].reset();
     --used_;
+    bool moved = false;
     for (std::size_t j = (hole + 1) & mask; slots_[j]; j = (j + 1) & mask) {
       const std::size_t home = home_of(tags_[j]);
       const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
@@ -83,8 +84,10 @@ class packed_map {
         slots_[hole] = std::move(slots_[j]);
         tags_[hole] = tags_[j];
         hole = j;
+        moved = true;
       }
     }
+    moves_ += moved;
     return true;
   }
 
@@ -127,6 +130,11 @@ class packed_map {
   /// The slots (entries and empty ones) the map has.
   std::size_t capacity() const { return slots_.size(); }
 
+  /// How many times entries have changed slots (a growth, or a removal that
+  /// shifted the entries after it): a pass in steps that sees it change may
+  /// have missed entries, moved from after its position to before it.
+  std::uint64_t moves() const { return moves_; }
+
   std::size_t size() const { return used_; }
 
  private:
@@ -167,6 +175,7 @@ class packed_map {
   }
 
   void grow() {
+    ++moves_;
     std::vector<item_ptr> old = std::move(slots_);
     std::vector<std::uint32_t> old_tags = std::move(tags_);
     slots_ = std::vector<item_ptr>(old.empty() ? 8 : old.size() * 2);
@@ -185,6 +194,7 @@ class packed_map {
   std::vector<item_ptr> slots_;
   std::vector<std::uint32_t> tags_;  // beside slots_: each entry's tag_of
   std::size_t used_ = 0;
+  std::uint64_t moves_ = 0;
   unsigned shift_ = 29;  // 32 - log2(slots_.size()); slots_ has at most 2^32 slots
 };
 
