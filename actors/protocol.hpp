@@ -83,7 +83,7 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<held_atom, std::string, route_callback, std::string, std::string, std::string>,  // key, cb, session, user, observed
     caf::reacts_to<rebind_atom, std::string, route_callback>,                  // key
     caf::reacts_to<clone_atom, std::string, backend_index, route_callback>,   // key, the original's backend
-    caf::reacts_to<op_find_atom, std::string, route_callback>,                // op id
+    caf::reacts_to<op_find_atom, std::string, std::string, route_callback, std::uint32_t>,  // op id, key, cb, looks left
     caf::reacts_to<op_atom, std::string, std::string>,       // key, op id
     caf::reacts_to<op_done_atom, std::string, std::string>,  // key, op id
     caf::reacts_to<release_atom, std::string>,               // key

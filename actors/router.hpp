@@ -80,9 +80,13 @@ class router {
 
   /// Operation `op_id`, which the data path's table does not hold: its
   /// backend from the replicated table or from a peer that knows it (the
-  /// replica where it started knows it before its client does). No backend
-  /// and no error when nobody answers with it within a second.
-  void find_operation(std::string op_id, route_callback done) const;
+  /// replica where it started knows it before its client does), `key` being
+  /// the call's session. No backend and no error when nobody answers with it
+  /// within a second, or when the session's binding is known here (the
+  /// operation runs on its session's backend); while the cluster settles and
+  /// the session is unknown too, it looks again for up to op_grace (a delta
+  /// on its way) before the refusal operation_unsettled.
+  void find_operation(std::string op_id, std::string key, route_callback done) const;
 
   /// The session `key` started operation `op_id`.
   void operation_started(std::string key, std::string op_id) const;

@@ -274,14 +274,31 @@ void resolve_in_cluster(self_ptr self, const std::string& key, route_callback do
 /// The first peer protocol that answers where_op (cluster/protocol_version.hpp).
 constexpr std::uint32_t where_op_protocol = 2;
 
+/// How long a replica that finds nobody knowing an operation id, while the
+/// cluster settles and under a session it does not know either, looks again
+/// before it refuses: the operation's delta and its session's (batched for
+/// a few ms, 5 to 10 ms on their way) may be just behind the client, who
+/// reattaches through another replica the moment a stream ends.
+constexpr auto op_grace = std::chrono::milliseconds(200);
+constexpr std::uint32_t op_looks = 4;  // op_grace / op_looks apart
+
+/// Whether `key`'s binding is known here: the data path's table or the
+/// replicated one. An operation runs on its session's backend, so the call
+/// routes by session rather than being refused.
+bool session_known(const router_state& st, const std::string& key) {
+  return st.table->session_backend(key) || !replicated(st, "s/" + key).empty();
+}
+
 /// Nobody knows operation `op_id`. While the cluster settles (a member came
 /// or went within cluster.settle_ms, or a peer did not answer), the replica
 /// that started it may be one not heard from yet: a refusal the client
 /// retries (operation_unsettled; the forwarder applies it only to a call
-/// whose session is unknown here too). Otherwise no backend and no error.
-route_result nobody_knows(const router_state& st, const std::string& op_id, bool a_peer_failed) {
+/// whose session is unknown here too). Otherwise, or when the session `key`
+/// is bound here, no backend and no error: the call routes by its session.
+route_result nobody_knows(const router_state& st, const std::string& op_id, const std::string& key,
+                          bool a_peer_failed) {
   const bool settling = wall_now_ms() < st.membership_changed_ms + st.settings.settle_ms;
-  if (!a_peer_failed && !settling) return {};
+  if ((!a_peer_failed && !settling) || session_known(st, key)) return {};
   route_result r;
   r.refusal = core::local_reason::operation_unsettled;
   r.error = "operation " + op_id.substr(0, 64) + " is not known to any replica heard from while the cluster " +
@@ -289,20 +306,32 @@ route_result nobody_knows(const router_state& st, const std::string& op_id, bool
   return r;
 }
 
+/// The end of a search that found nobody knowing `op_id`: nobody_knows's
+/// answer, or, for a refusal with looks left, another search op_grace /
+/// op_looks later.
+void nobody_found(self_ptr self, const std::string& op_id, const std::string& key, const route_callback& done,
+                  bool a_peer_failed, std::uint32_t looks_left) {
+  auto r = nobody_knows(self->state, op_id, key, a_peer_failed);
+  if (r.error.empty() || looks_left == 0) return done(std::move(r));
+  self->delayed_send(self, op_grace / op_looks, op_find_atom::value, op_id, key, done, looks_left - 1);
+}
+
 /// An operation id the data path's table missed, asked of every live peer
 /// at once: the replica that saw the operation start holds it from before
 /// its client could learn the id, whoever owns the key, while the entry's
 /// delta may still be on its way. The first name wins; `done` hears it, or,
-/// when nobody knows the id (within ask_timeout), nobody_knows's answer.
-void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callback& done) {
+/// when nobody knows the id (within ask_timeout), nobody_found's answer.
+void ask_peers_for_op(self_ptr self, const std::string& op_id, const std::string& key, const route_callback& done,
+                      std::uint32_t looks_left) {
   struct search {
     route_callback done;
-    std::string op_id;
+    std::string op_id, key;
+    std::uint32_t looks_left = 0;
     std::size_t waiting = 0;
     bool answered = false;
     bool a_peer_failed = false;
   };
-  auto s = std::make_shared<search>(search{done, op_id});
+  auto s = std::make_shared<search>(search{done, op_id, key, looks_left});
   auto on_answer = [self, s](const std::string& name, bool failed) {
     if (s->answered) return;
     --s->waiting;
@@ -314,13 +343,13 @@ void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callb
     }
     if (s->waiting == 0) {
       s->answered = true;
-      s->done(nobody_knows(self->state, s->op_id, s->a_peer_failed));
+      nobody_found(self, s->op_id, s->key, s->done, s->a_peer_failed, s->looks_left);
     }
   };
   auto& st = self->state;
   for (std::size_t i = 0; i < st.member_routers.size(); ++i)
     if (i < st.member_protocols.size() && st.member_protocols[i] >= where_op_protocol) ++s->waiting;
-  if (s->waiting == 0) return done(nobody_knows(st, op_id, false));
+  if (s->waiting == 0) return nobody_found(self, op_id, key, done, false, looks_left);
   for (std::size_t i = 0; i < st.member_routers.size(); ++i) {
     if (i >= st.member_protocols.size() || st.member_protocols[i] < where_op_protocol) continue;
     self->request(caf::actor_cast<peer_router_actor>(st.member_routers[i]), ask_timeout, where_op_atom::value, op_id)
@@ -331,9 +360,11 @@ void ask_peers_for_op(self_ptr self, const std::string& op_id, const route_callb
 
 /// Resolves an operation id the data path's table missed before anything is
 /// placed: the replicated table, then the peers (ask_peers_for_op). No
-/// backend and no error: nobody knows it, the call routes by its session;
-/// a refusal: nobody knows it while the cluster settles (nobody_knows).
-void find_op(self_ptr self, const std::string& op_id, const route_callback& done) {
+/// backend and no error: nobody knows it, the call routes by its session
+/// `key`; a refusal: nobody knows it, nor the session, while the cluster
+/// settles (nobody_knows), after `looks_left` more looks.
+void find_op(self_ptr self, const std::string& op_id, const std::string& key, const route_callback& done,
+             std::uint32_t looks_left) {
   auto& st = self->state;
   if (auto op = st.table->find_op(op_id, now_ms())) return done({op->backend, {}});
   if (!st.cluster) return done({});
@@ -342,7 +373,7 @@ void find_op(self_ptr self, const std::string& op_id, const route_callback& done
     core::bump(core::global_metrics().router_operations_found_total);
     return done({*b, {}});
   }
-  ask_peers_for_op(self, op_id, done);
+  ask_peers_for_op(self, op_id, key, done, looks_left);
 }
 
 /// Sends `msg` on to the session actor of `key`, if it lives.
@@ -575,7 +606,8 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         auto r = adopt(self, key, name);  // not kept if released meanwhile (the news waited out a partition)
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
-      [=](op_find_atom, const std::string& op_id, const route_callback& done) { find_op(self, op_id, done); },
+      [=](op_find_atom, const std::string& op_id, const std::string& key, const route_callback& done,
+          std::uint32_t looks_left) { find_op(self, op_id, key, done, looks_left); },
       [=](where_op_atom, const std::string& op_id) -> std::string {
         // A peer's data path missed this operation id: our table's answer.
         auto& st = self->state;
@@ -760,8 +792,9 @@ void router::bind_clone(std::string key, backend_index backend, route_callback d
   caf::anon_send(impl_->actor.handle, clone_atom::value, std::move(key), backend, std::move(done));
 }
 
-void router::find_operation(std::string op_id, route_callback done) const {
-  caf::anon_send(impl_->actor.handle, op_find_atom::value, std::move(op_id), std::move(done));
+void router::find_operation(std::string op_id, std::string key, route_callback done) const {
+  caf::anon_send(impl_->actor.handle, op_find_atom::value, std::move(op_id), std::move(key), std::move(done),
+                 op_looks);
 }
 
 void router::operation_started(std::string key, std::string op_id) const {

@@ -620,7 +620,7 @@ class forward_call final : public h2::server_stream,
         if (auto b = any_backend()) return start_upstream(*b);
         return finish_local(reason::no_backend, "scg: tenant " + identity_.tenant.substr(0, 64) +
                                                     "'s pool (tenants.pools) names no configured backend");
-      case route_action::resolve_op: return fx_.router->find_operation(fields_.operation_id, op_answer_on_worker());
+      case route_action::resolve_op: return fx_.router->find_operation(fields_.operation_id, key_, op_answer_on_worker());
       case route_action::resolve: return fx_.router->resolve(key_, answer_on_worker());
       case route_action::resolve_held:
         return fx_.router->resolve_held(key_, fields_.session_id, spark_user_, fields_.observed_server_session,

@@ -14,6 +14,8 @@
 #include <random>
 #include <thread>
 
+#include "core/rendezvous.hpp"
+#include "core/session_key.hpp"
 #include "tests/integration/harness.hpp"
 
 namespace sc = spark::connect;
@@ -717,6 +719,18 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
   const std::string known_session = "settle-known";
   const auto known_backend = config_backend(r0.grpc_port, known_session);
   REQUIRE(!known_backend.empty());
+  // A session replica 1 owns and placed: replica 0 learned its binding from
+  // replica 1.
+  std::string remote_session;
+  for (int k = 0; k < 100 && remote_session.empty(); ++k) {
+    const auto id = "settle-remote-" + std::to_string(k);
+    if (scg::core::owner_of(scg::core::session_key{"default", "ursula", id}.str(), {"scg-0", "scg-1"}) == "scg-1")
+      remote_session = id;
+  }
+  REQUIRE(!remote_session.empty());
+  const auto remote_backend = config_backend(env.replicas[1]->grpc_port, remote_session);
+  REQUIRE(!remote_backend.empty());
+  REQUIRE(eventually([&] { return listed_backend(r0, remote_session) == remote_backend; }, 5s));
 
   // Replica 1 dies: replica 0 sees the member go, and for cluster.settle_ms
   // (3 s) an operation nobody answers for may have been one of replica 1's.
@@ -729,9 +743,12 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
       if (m["status"] == "up") return false;
     return true;
   }, 5s));
+  const auto asked = std::chrono::steady_clock::now();
   auto [refused, refused_on] = reattach_once("settle-new-1", "op-nobody-knows");
+  const auto waited = std::chrono::steady_clock::now() - asked;
   INFO(refused.error_message());
   CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(waited >= 150ms);  // looked again for a delta on its way (op_grace) before refusing
   CHECK(refused.error_message().find("op-nobody-knows") != std::string::npos);
   CHECK(refused.error_message().find("settles") != std::string::npos);
   CHECK(refused_on.empty());  // no backend saw it
@@ -742,6 +759,10 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
   auto [by_session, by_session_on] = reattach_once(known_session, "op-nobody-knows");
   CHECK(by_session_on == known_backend);
   CHECK(by_session.error_message().find("OPERATION_NOT_FOUND") != std::string::npos);
+  // So does one under a session this replica learned from a peer.
+  auto [by_replicated, by_replicated_on] = reattach_once(remote_session, "op-nobody-knows");
+  CHECK(by_replicated_on == remote_backend);
+  CHECK(by_replicated.error_message().find("OPERATION_NOT_FOUND") != std::string::npos);
 
   // Once settled, an unknown operation under an unknown session is routed by
   // its session: a backend answers (the session is new there).
