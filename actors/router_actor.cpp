@@ -308,11 +308,12 @@ route_result nobody_knows(const router_state& st, const std::string& op_id, cons
 
 /// The end of a search that found nobody knowing `op_id`: nobody_knows's
 /// answer, or, for a refusal with looks left, another search op_grace /
-/// op_looks later.
+/// op_looks later. A search that waited out a silent peer (ask_timeout)
+/// has waited long enough for any delta.
 void nobody_found(self_ptr self, const std::string& op_id, const std::string& key, const route_callback& done,
                   bool a_peer_failed, std::uint32_t looks_left) {
   auto r = nobody_knows(self->state, op_id, key, a_peer_failed);
-  if (r.error.empty() || looks_left == 0) return done(std::move(r));
+  if (r.error.empty() || looks_left == 0 || a_peer_failed) return done(std::move(r));
   self->delayed_send(self, op_grace / op_looks, op_find_atom::value, op_id, key, done, looks_left - 1);
 }
 
