@@ -773,6 +773,77 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
   }, 8s));
 }
 
+TEST_CASE("a reattach through another replica that is ahead of its operation's deltas waits for them while the "
+          "cluster settles", "[integration][cluster]") {
+  // Replica 1 speaks protocol 1 as v0.1.0 does (not asked where_op) and
+  // holds its deltas 100 ms; replica 0 settles for a minute after it came.
+  cluster_env env(0);
+  env.replicas.push_back(std::make_unique<gateway>(start_gateway(
+      env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block("scg-0", {}) +
+                                                                               "  settle_ms: 60000\n"),
+      "scg-0")));
+  auto& r0 = *env.replicas[0];
+  env.replicas.push_back(std::make_unique<gateway>(start_gateway(
+      env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block("scg-1", {r0.cluster_port})),
+      "scg-1", {"/usr/bin/env", "SCG_TEST_CLUSTER_PROTOCOL=1", "SCG_TEST_FLUSH_DELAY_MS=100"})));
+  auto& r1 = *env.replicas[1];
+  // Each up on the other (wait_for_mesh also wants owners: replica 1 never
+  // hears replica 0's `synced`, which goes only to peers of protocol 2 on).
+  const auto up_on = [](const gateway& g, const std::string& peer) {
+    auto view = nlohmann::json::parse(http_get(g.admin_port, "/api/v1/cluster").second, nullptr, false);
+    if (view.is_discarded() || http_get(g.admin_port, "/readyz").first != 200) return false;
+    for (const auto& m : view["members"])
+      if (m["name"] == peer) return m["status"] == "up";
+    return false;
+  };
+  REQUIRE(eventually([&] { return up_on(r0, "scg-1") && up_on(r1, "scg-0"); }, 10s));
+  // A session replica 1 owns: it places it, and replica 0 hears of it only by its delta.
+  std::string session;
+  for (int k = 0; k < 100 && session.empty(); ++k) {
+    const auto id = "ahead-" + std::to_string(k);
+    if (scg::core::owner_of(scg::core::session_key{"default", "ursula", id}.str(), {"scg-0", "scg-1"}) == "scg-1")
+      session = id;
+  }
+  REQUIRE(!session.empty());
+  const auto backend = config_backend(r1.grpc_port, session);
+  REQUIRE(!backend.empty());
+  // Started through replica 1, its stream cut after two responses, then at
+  // once reattached through replica 0, before replica 1's deltas leave it.
+  std::string last;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    ctx.AddMetadata("x-fake-responses", "4");
+    ctx.AddMetadata("x-fake-stream-max-responses", "2");
+    auto req = execute(session, "ursula", "op-ahead");
+    // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
+    std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
+    REQUIRE(req.ParseFromString(body));
+    auto reader = stub_to(r1.grpc_port)->ExecutePlan(&ctx, req);
+    sc::ExecutePlanResponse r;
+    while (reader->Read(&r)) last = r.response_id();
+    REQUIRE(reader->Finish().ok());
+  }
+  // The fake cuts every stream of the operation after two responses: reattach until complete.
+  bool complete = false;
+  for (int stream = 0; stream < 4 && !complete; ++stream) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    auto reader = stub_to(r0.grpc_port)->ReattachExecute(&ctx, reattach(session, "ursula", "op-ahead", last));
+    sc::ExecutePlanResponse r;
+    while (reader->Read(&r)) {
+      last = r.response_id();
+      complete = complete || r.has_result_complete();
+    }
+    auto status = reader->Finish();
+    INFO("stream " << stream << ": " << status.error_message());
+    REQUIRE(status.ok());
+    CHECK(header(ctx, "x-fake-backend") == backend);
+  }
+  CHECK(complete);
+  CHECK(metric_value(r0.admin_port, "scg_router_operations_unsettled_total") == 0);
+}
+
 TEST_CASE("a thawed replica is handed the writes it missed, and the digests then resend only what differs",
           "[integration][cluster]") {
   cluster_env env(3);
