@@ -1266,7 +1266,13 @@ void stop(caf::actor_system& sys) {
   if (auto actor = sys.registry().get<caf::actor>(registry_key)) {
     sys.registry().erase(registry_key);
     sys.middleman().unpublish(actor, 0);
+    // Waits (briefly) for it to end: a request still waiting for a peer's
+    // answer (a hand-off at SIGTERM) holds the actor, which frees it only
+    // when it ends; the system would otherwise stop first and leak it.
+    caf::scoped_actor waiter{sys};
+    waiter->monitor(actor);
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    waiter->receive([](const caf::down_msg&) {}, caf::after(std::chrono::seconds(1)) >> [] {});
   }
 }
 

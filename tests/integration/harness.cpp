@@ -48,6 +48,12 @@ std::string temp_dir::write(const std::string& name, const std::string& text) co
 }
 
 process::process(const std::vector<std::string>& argv, const std::string& log_path) : log_(log_path) {
+  // Everything the child needs is allocated before the fork: the child of a
+  // threaded parent may not allocate (another thread can hold the allocator's
+  // lock at the fork, and the child would hang before exec: seen under ASan).
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -60,9 +66,6 @@ process::process(const std::vector<std::string>& argv, const std::string& log_pa
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
