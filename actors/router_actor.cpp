@@ -241,9 +241,17 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
   auto it = std::find(st.member_names.begin(), st.member_names.end(), owner);
   if (it == st.member_names.end()) return done(decide_here(self, key));
   auto owner_router = peer_of(st, it);
+  const auto observe = [asked = std::chrono::steady_clock::now()] {
+    auto& m = core::global_metrics();
+    m.owner_answer.observe(m.decision_bounds_us,
+                           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                          std::chrono::steady_clock::now() - asked)
+                                                          .count()));
+  };
   self->request(owner_router, ask_timeout, decide_atom::value, key)
       .then(
           [=](const std::string& name) {
+            observe();
             // No answer: the owner found no backend, or (before 0.2.0) it was
             // shutting down. This replica decides; with no backend it says so.
             if (name.empty()) return done(decide_here(self, key));
@@ -254,6 +262,7 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
             done(r);
           },
           [=, asked = now_ms()](const caf::error&) {
+            observe();
             if (!asked_again && now_ms() - asked > stalled_after.count()) {
               core::bump(core::global_metrics().router_owner_asked_again_total);
               return decide_via_owner(self, key, done, true);

@@ -76,6 +76,10 @@ void metrics::render(std::string& out) const {
   header(out, "router_decision_seconds",
          "Time a call waited for the router to place its new or rebound session", "histogram");
   router_decision.render(out, "router_decision_seconds", "", decision_bounds_us, false);
+  header(out, "router_owner_answer_seconds",
+         "Time the key's owner, another replica, took to answer a placement question (or the question to time out)",
+         "histogram");
+  owner_answer.render(out, "router_owner_answer_seconds", "", decision_bounds_us, false);
   header(out, "cluster_refresh_pass_seconds",
          "Time of one refresh pass of the cluster actor over its table (touch bindings in use, expire the rest)",
          "histogram");

@@ -143,11 +143,14 @@ struct metrics {
   /// session, from the ask to the answer on its worker
   /// (scg_router_decision_seconds); and how long each pass of the cluster
   /// actor over its table took (scg_cluster_refresh_pass_seconds: touching
-  /// bindings in use, expiring abandoned ones).
+  /// bindings in use, expiring abandoned ones); and, of the decisions, how
+  /// long the key's owner took to answer `decide` (or the ask to time out:
+  /// scg_router_owner_answer_seconds).
   static constexpr std::array<std::uint64_t, 14> decision_bounds_us{
       100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 2500000, 5000000};
   histogram<decision_bounds_us.size()> router_decision{};
   histogram<decision_bounds_us.size()> refresh_pass{};
+  histogram<decision_bounds_us.size()> owner_answer{};
 
   void observe_duration(rpc r, std::uint64_t us) {
     durations[static_cast<std::size_t>(r)].observe(duration_bounds_us, us);

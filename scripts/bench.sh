@@ -818,29 +818,32 @@ delay_buckets() {
 # scg_cluster_refresh_pass_seconds buckets before and after, as a "decisions"
 # record: how long placement waited while the cluster actor was busy.
 decisions() {
-  local phase=$1 admin=$2 port=$3 secs=$DECISION_SECS load_pid d0 d1 r0 r1
+  local phase=$1 admin=$2 port=$3 secs=$DECISION_SECS load_pid d0 d1 r0 r1 o0 o1
   shift 3
   [[ $phase == refresh ]] && ((secs < REFRESH_WINDOW_SECS)) && secs=$REFRESH_WINDOW_SECS
   d0=$(delay_buckets "$admin" scg_router_decision_seconds) r0=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
+  o0=$(delay_buckets "$admin" scg_router_owner_answer_seconds)
   timeout --kill-after=5 300 "$BUILD/scg-bench" sessions --target "127.0.0.1:$port" \
     --count $((DECISION_RATE * secs)) --rate "$DECISION_RATE" --concurrency 16 \
     >"$WORK/decisions-$phase.json" 2>>"$WORK/bench-client.log" &
   load_pid=$!
   CHILDREN+=("$load_pid")
-  DECISIONS_MARK="" DECISIONS_MARK_REFRESH=""
+  DECISIONS_MARK="" DECISIONS_MARK_REFRESH="" DECISIONS_MARK_OWNER=""
   [[ $1 == - ]] || "$@"
   wait "$load_pid" || die "the decision load ($phase) failed: $(cat "$WORK/decisions-$phase.json")"
   forget_child "$load_pid"
   d1=$(delay_buckets "$admin" scg_router_decision_seconds) r1=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
-  printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
+  o1=$(delay_buckets "$admin" scg_router_owner_answer_seconds)
+  printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s],"owner_before":[%s],"owner_after":[%s]}\n' \
     "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * secs)) \
-    "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$d1" "$r0" "$r1" >>"$RAW"
+    "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$d1" "$r0" "$r1" "$o0" "$o1" >>"$RAW"
   # CMD may mark the end of what it measures (the sync: the joiner ready):
   # the decisions from the load's start to that mark, as phase PHASE_only.
   if [[ -n $DECISIONS_MARK ]]; then
-    printf '{"kind":"decisions","phase":"%s_only","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s]}\n' \
+    printf '{"kind":"decisions","phase":"%s_only","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s],"owner_before":[%s],"owner_after":[%s]}\n' \
       "$phase" "$(replica_sessions "$admin")" "$DECISION_RATE" $((DECISION_RATE * secs)) \
-      "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$DECISIONS_MARK" "$r0" "$DECISIONS_MARK_REFRESH" >>"$RAW"
+      "$(json_int "$WORK/decisions-$phase.json" errors)" "$d0" "$DECISIONS_MARK" "$r0" "$DECISIONS_MARK_REFRESH" \
+      "$o0" "$DECISIONS_MARK_OWNER" >>"$RAW"
   fi
   log "decisions during $phase: $(cat "$WORK/decisions-$phase.json")"
 }
@@ -963,6 +966,7 @@ cluster_bench() {
         seed_sync_ticks=$(($(proc_ticks "${pids[0]}") - seed_ticks0)) joiner_sync_ticks=$(proc_ticks "$joiner")
         DECISIONS_MARK=$(delay_buckets "${admins[0]}" scg_router_decision_seconds)
         DECISIONS_MARK_REFRESH=$(delay_buckets "${admins[0]}" scg_cluster_refresh_pass_seconds)
+        DECISIONS_MARK_OWNER=$(delay_buckets "${admins[0]}" scg_router_owner_answer_seconds)
         break
       fi
       sleep 0.01

@@ -123,6 +123,20 @@ TEST_CASE("a burst of 200 new sessions through 3 replicas spreads by score",
     CHECK(placed[b] <= 200 / 3 + 20);
     CHECK(placed[b] >= 200 / 3 - 20);
   }
+  // Every session whose key another replica owns was asked of that owner,
+  // and its answer timed (scg_router_owner_answer_seconds); the others not.
+  long asked = 0, timed = 0, decided = 0;
+  for (int n = 0; n < 200; ++n) {
+    const auto key = scg::core::session_key{"default", "ursula", "burst-" + std::to_string(n)}.str();
+    asked += scg::core::owner_of(key, {"scg-0", "scg-1", "scg-2"}) != "scg-" + std::to_string(n % 3);
+  }
+  for (const auto& r : env.replicas) {
+    timed += metric_value(r->admin_port, "scg_router_owner_answer_seconds_count");
+    decided += metric_value(r->admin_port, "scg_router_decision_seconds_count");
+  }
+  CHECK(asked > 100);  // about two thirds
+  CHECK(timed == asked);
+  CHECK(decided == 200);
 }
 
 TEST_CASE("the first rpc of a new session at two replicas at once gets one backend",

@@ -34,7 +34,8 @@ using json = nlohmann::ordered_json;
 //   {"kind":"memory", "path":P, "max_rss_kib":..., "hwm_kib":...}   a middle box under load
 //   {"kind":"sessions", <sessions line>, "rss_before_kib":..., "rss_after_kib":...}
 //   {"kind":"replication", "replicas", "sessions", "errors", "open_s", "visible_s"}
-//   {"kind":"decisions", "phase", "entries", "rate", "errors", "before", "after", "refresh_before", "refresh_after"}
+//   {"kind":"decisions", "phase", "entries", "rate", "errors", "before", "after", "refresh_before", "refresh_after",
+//    "owner_before", "owner_after"}
 //     (phase refresh, sync, sync_only: the sync's part until the joiner was ready, busy_loops)
 //   {"kind":"soak_sample", "t_s", "rss_kib"} and {"kind":"soak", "seconds", ...}
 //   {"kind":"stalled", "round":R, "stream_window_bytes", <stalled line>, <cpu fields>}
@@ -797,21 +798,25 @@ int run_report(cli_args& args) {
     const auto passes = bucket_delta(d.value("refresh_before", json::array()), d.value("refresh_after", json::array()));
     const double p50 = bucket_quantile(waits, 0.5) * 1000, p99 = bucket_quantile(waits, 0.99) * 1000;
     const double pass_p99 = bucket_quantile(passes, 0.99) * 1000;
+    const auto owner = bucket_delta(d.value("owner_before", json::array()), d.value("owner_after", json::array()));
+    const double owner_p99 = bucket_quantile(owner, 0.99) * 1000, asked = owner.empty() ? 0 : owner.back().second;
     const double decided = waits.empty() ? 0 : waits.back().second, pass_count = passes.empty() ? 0 : passes.back().second;
     const auto phase = d.value("phase", "");
     if (decided > 0 && std::isfinite(p99)) decision_p99_ms[phase] = p99;
     report["decisions"][phase] = {{"entries", num(d, "entries")}, {"rate", num(d, "rate")},
                                   {"errors", num(d, "errors")},   {"decided", decided},
                                   {"p50_ms", round_to(p50, 2)},   {"p99_ms", round_to(p99, 2)},
-                                  {"refresh_passes", pass_count}, {"refresh_pass_p99_ms", round_to(pass_p99, 1)}};
+                                  {"refresh_passes", pass_count}, {"refresh_pass_p99_ms", round_to(pass_p99, 1)},
+                                  {"owner_asked", asked},         {"owner_answer_p99_ms", round_to(owner_p99, 2)}};
     const std::string during = phase == "busy_loops"  ? "while a busy loop runs on every core (control)"
                                : phase == "sync_only" ? "from the joining replica's start to its readiness"
                                                       : "during " + phase;
     resource_rows.push_back({"placement decision at the seed " + during + ", p50 / p99",
                              fixed(p50, 2) + " / " + fixed(p99, 2) + " ms (" + fixed(decided, 0) + " decisions, " +
                                  fixed(num(d, "rate"), 0) + "/s, " + fixed(num(d, "entries"), 0) + " bindings, " +
-                                 fixed(num(d, "errors"), 0) + " errors; " + fixed(pass_count, 0) +
-                                 " refresh passes, p99 " + fixed(pass_p99, 0) + " ms)"});
+                                 fixed(num(d, "errors"), 0) + " errors; " + fixed(asked, 0) +
+                                 " asked of their owner, its answer p99 " + fixed(owner_p99, 2) + " ms; " +
+                                 fixed(pass_count, 0) + " refresh passes, p99 " + fixed(pass_p99, 0) + " ms)"});
   }
   if (!resource_rows.empty()) tables.push_back({{"resources", "value"}, resource_rows});
   if (!raw.soak_samples.empty()) tables.push_back(soak_table(raw, report));
