@@ -56,7 +56,8 @@ struct router_state {
 namespace {
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also the tick that starts session sweeps
-constexpr std::size_t sweep_buckets = 512;  // buckets of the session directory per sweep step
+constexpr std::size_t sweep_buckets = 32;   // buckets of the session directory per look at the clock
+constexpr auto sweep_step_budget = std::chrono::microseconds(300);  // the router's time per sweep step, about
 constexpr double sweep_share = 0.1;         // of one core, at most, for an idle-session sweep (sweep_step)
 
 /// The backend pool of the tenant in session key `key`; nullptr: all backends.
@@ -409,22 +410,22 @@ void resolve_new(self_ptr self, const std::string& key, const route_callback& do
   done(decide_here(self, key));
 }
 
-/// One step of the idle-session sweep: the sessions in sweep_buckets
-/// buckets of the directory. Each step queues the next behind what arrived
-/// meanwhile, no sooner than keeps the sweep's work to sweep_share of one
-/// core: placement waits for one short step, never for a pass over a
-/// million sessions, and the router's thread stays mostly idle (a sweep at
-/// full speed, every 10 s, made the placement p99 at a million bindings
-/// 21 to 42 ms instead of 4 to 7: docs/cluster.md, Measured). A rehash
-/// between steps moves sessions between buckets: the sweep may miss some,
-/// which the next one catches.
+/// One step of the idle-session sweep: the sessions of the directory's next
+/// buckets, for about sweep_step_budget of the router's time (a step of a
+/// fixed 512 buckets took 2 to 17 ms at a million sessions on a busy 2-core
+/// machine, and the decisions queued behind it: docs/cluster.md, Measured).
+/// Each step queues the next behind what arrived meanwhile, no sooner than
+/// keeps the sweep's work to sweep_share of one core: placement waits for
+/// one short step, never for a pass over a million sessions, and the
+/// router's thread stays mostly idle. A rehash between steps moves sessions
+/// between buckets: the sweep may miss some, which the next one catches.
 void sweep_step(self_ptr self) {
   const auto began = std::chrono::steady_clock::now();
   auto& st = self->state;
   if (!st.sweep) return;
   const auto now = now_ms();
   std::vector<std::string> idle;
-  st.sweep = st.sessions.for_each_step(*st.sweep, sweep_buckets, [&](const std::string& key, session_actor& s) {
+  const auto visit = [&](const std::string& key, session_actor& s) {
     auto last = st.table->session_last_seen(key);
     if (last && now - *last < st.settings.session_ttl_ms) return;
     if (s) {
@@ -433,7 +434,10 @@ void sweep_step(self_ptr self) {
       spdlog::get("router")->debug("session_expired idle_ms={}", last ? now - *last : -1);
       idle.push_back(key);
     }
-  });
+  };
+  do {
+    st.sweep = st.sessions.for_each_step(*st.sweep, sweep_buckets, visit);
+  } while (!st.sweep->done() && std::chrono::steady_clock::now() - began < sweep_step_budget);
   for (const auto& key : idle)
     if (auto* s = st.sessions.find(key); s && !*s) {
       core::bump(core::global_metrics().router_sessions_expired_total);
