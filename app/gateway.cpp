@@ -28,6 +28,7 @@
 #include "discovery/k8s_discovery.hpp"
 #include "core/log_format.hpp"
 #include "core/metrics.hpp"
+#include "core/sched_slice.hpp"
 #include "core/usage.hpp"
 #include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
@@ -282,6 +283,11 @@ std::optional<config::error> check_secrets(const config::gateway& cfg) {
 int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
   auto log = spdlog::get("main");
   raise_open_file_limit(*log);
+  // Before any worker thread starts: they inherit it.
+  if (auto slice = core::request_sched_slice(std::chrono::microseconds(cfg.limits.sched_slice_us)); slice.applied)
+    log->info("sched_slice us={}", cfg.limits.sched_slice_us);
+  else if (cfg.limits.sched_slice_us > 0)
+    log->warn("sched_slice_not_applied us={} reason=\"{}\"", cfg.limits.sched_slice_us, slice.reason);
   // Debian's abseil is built without NDEBUG: its mutex deadlock detection
   // costs a few percent of every gRPC call scg makes itself (probes,
   // searches, interrupts; PERFORMANCE-NOTES.md).

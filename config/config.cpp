@@ -274,12 +274,16 @@ gateway parse_gateway(const YAML::Node& root) {
   if (const YAML::Node n = root["limits"]; present(n)) {
     check_keys(n, "limits", {"max_message_bytes", "connect_timeout_ms", "retry_status", "per_tenant", "tenants",
                              "buffer_mib", "max_client_connections", "handshake_timeout_secs",
-                             "idle_connection_secs", "first_message_secs"});
+                             "idle_connection_secs", "first_message_secs", "sched_slice_us"});
     read_int(n, "limits", "buffer_mib", g.limits.buffer_mib, 16, 1 << 20);
     read_int(n, "limits", "max_client_connections", g.limits.max_client_connections, 0);
     read_int(n, "limits", "handshake_timeout_secs", g.limits.handshake_timeout_secs, 1, 3600);
     read_int(n, "limits", "idle_connection_secs", g.limits.idle_connection_secs, 0);
     read_int(n, "limits", "first_message_secs", g.limits.first_message_secs, 0);
+    read_int(n, "limits", "sched_slice_us", g.limits.sched_slice_us, 0, 100'000);
+    if (g.limits.sched_slice_us > 0 && g.limits.sched_slice_us < 100)
+      reject("limits.sched_slice_us", "Linux takes slices of 100 to 100000 us (0: the kernel's default), got " +
+                                          std::to_string(g.limits.sched_slice_us));
     if (n["retry_status"]) {
       const auto v = as_string(n["retry_status"], "limits.retry_status");
       if (v != "resource_exhausted" && v != "unavailable")

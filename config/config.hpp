@@ -71,6 +71,10 @@ struct limits {
   int handshake_timeout_secs = 10;  ///< accept to HTTP/2 preface (and the TLS handshake before it)
   int idle_connection_secs = 300;   ///< a client connection without streams this long: GOAWAY, close; 0: never
   int first_message_secs = 30;      ///< a request stream's first message, from its headers; 0: no limit
+  /// The scheduling slice asked of Linux (6.12+) for scg's threads, so that
+  /// one woken with work preempts a busy core's task; 0: the kernel's default
+  /// (core/sched_slice.hpp).
+  int sched_slice_us = 100;
   bulkhead per_tenant;                                    ///< every tenant's, unless overridden
   std::map<std::string, bulkhead, std::less<>> tenants;  ///< per tenant: replaces per_tenant
   const bulkhead& for_tenant(std::string_view tenant) const {

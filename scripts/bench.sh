@@ -35,7 +35,9 @@
 # (unary, default "1 32 256"), BENCH_STALLED (the stalled readers' counts, default
 # "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
 # in BENCH_BUILD_DIR as they are, without building), BENCH_KEEP (1: keep the
-# replicas' logs and the raw files in the work directory it names).
+# replicas' logs and the raw files in the work directory it names),
+# BENCH_SCG_YAML (extra top-level YAML for every scg the run starts, e.g.
+# 'limits: { sched_slice_us: 0 }': one setting against another, run by run).
 # nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when a
 # path or workload that needs one is selected and it is missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
@@ -274,6 +276,9 @@ backends:
 logging: { level: warn }
 EOF
     printf '%s\n' "$@"
+    # Extra top-level YAML for every scg of the run, to compare a setting
+    # side by side (BENCH_SCG_YAML='limits: { sched_slice_us: 0 }').
+    [[ -z ${BENCH_SCG_YAML:-} ]] || printf '%s\n' "$BENCH_SCG_YAML"
   } >"$WORK/$tag.yaml"
   "${SCG_EXE:-$BUILD/scg}" --config "$WORK/$tag.yaml" --port-file "$WORK/$tag.ports" >"$WORK/$tag.log" 2>&1 &
   STARTED_PID=$!

@@ -45,6 +45,7 @@ limits:
   handshake_timeout_secs: 5
   idle_connection_secs: 0
   first_message_secs: 60
+  sched_slice_us: 250
 keepalive:
   interval_secs: 20
   timeout_secs: 5
@@ -107,6 +108,7 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.limits.handshake_timeout_secs == 5);
   CHECK(g.limits.idle_connection_secs == 0);
   CHECK(g.limits.first_message_secs == 60);
+  CHECK(g.limits.sched_slice_us == 250);
   CHECK(g.keepalive.interval_secs == 20);
   CHECK(g.keepalive.timeout_secs == 5);
   CHECK(g.shutdown.deadline_secs == 0);
@@ -288,6 +290,10 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {one_backend + "limits: { buffer_mib: 8 }\n", "limits.buffer_mib", "must be at least 16, got 8"},
       {one_backend + "limits: { handshake_timeout_secs: 0 }\n", "limits.handshake_timeout_secs",
        "must be at least 1, got 0"},
+      {one_backend + "limits: { sched_slice_us: 50 }\n", "limits.sched_slice_us",
+       "Linux takes slices of 100 to 100000 us (0: the kernel's default), got 50"},
+      {one_backend + "limits: { sched_slice_us: 200000 }\n", "limits.sched_slice_us",
+       "must be at most 100000, got 200000"},
       {one_backend + "keepalive: { timeout_secs: 0 }\n", "keepalive.timeout_secs", "must be at least 1, got 0"},
       {one_backend + "keepalive: { every: 3 }\n", "keepalive.every", "unknown key"},
       // accounting
