@@ -8,6 +8,7 @@
 // not how much CPU it gets. Threads inherit it: set before any is started.
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace scg::core {
@@ -20,5 +21,9 @@ struct sched_slice_result {
 /// Asks for `slice` on the calling thread (and the threads it starts from
 /// now on), keeping its policy and nice value; zero asks nothing.
 sched_slice_result request_sched_slice(std::chrono::microseconds slice);
+
+/// The calling thread's slice as Linux keeps it (sched_getattr's
+/// sched_runtime: 0 on kernels that keep their own); nullopt when unreadable.
+std::optional<std::chrono::nanoseconds> sched_slice_of_this_thread();
 
 }  // namespace scg::core

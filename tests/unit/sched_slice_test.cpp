@@ -6,12 +6,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <cerrno>
-#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 using scg::core::request_sched_slice;
+using scg::core::sched_slice_of_this_thread;
 using us = std::chrono::microseconds;
 
 namespace {
@@ -23,19 +23,6 @@ bool kernel_has_custom_slices() {
   int major = 0, minor = 0;
   if (std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return false;
   return major > 6 || (major == 6 && minor >= 12);
-}
-
-std::uint64_t runtime_ns_of_this_thread() {
-  struct {
-    std::uint32_t size, policy;
-    std::uint64_t flags;
-    std::int32_t nice;
-    std::uint32_t priority;
-    std::uint64_t runtime, deadline, period;
-    std::uint32_t util_min, util_max;
-  } a{};
-  REQUIRE(syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) == 0);
-  return a.runtime;
 }
 
 }  // namespace
@@ -61,11 +48,10 @@ TEST_CASE("a slice is set on the calling thread, passes to the threads it starts
     }
     REQUIRE(r.applied);
     CHECK(r.reason.empty());
-    CHECK(runtime_ns_of_this_thread() == 200'000);
-    errno = 0;
+    CHECK(sched_slice_of_this_thread() == std::chrono::nanoseconds(200'000));
     CHECK(getpriority(PRIO_PROCESS, tid) == 5);
-    std::uint64_t child = 0;
-    std::thread([&] { child = runtime_ns_of_this_thread(); }).join();
-    CHECK(child == 200'000);
+    std::optional<std::chrono::nanoseconds> child;
+    std::thread([&] { child = sched_slice_of_this_thread(); }).join();
+    CHECK(child == std::chrono::nanoseconds(200'000));
   }).join();
 }
