@@ -19,6 +19,8 @@
 # path and round), BENCH_SESSIONS, BENCH_REPL_SESSIONS (0: no cluster phase),
 # BENCH_REPLICAS (2 or 3), BENCH_REPL_RATE and BENCH_REPL_RATE_SECS (the steady
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
+# BENCH_SYNC_REPEATS (how many times, default 1, a replica joins, syncs and
+# leaves: more decisions for a steadier p99, pooled; the slowest sync reported),
 # BENCH_DECISION_RATE and BENCH_DECISION_SECS (the new sessions/s sent to the seed
 # replica while its placement decisions are timed, during a refresh pass,
 # during the full sync, and while a busy loop runs on every core as a control;
@@ -74,6 +76,7 @@ DECISION_RATE=${BENCH_DECISION_RATE:-200}
 DECISION_SECS=${BENCH_DECISION_SECS:-10}
 REFRESH_WINDOW_SECS=${BENCH_REFRESH_WINDOW_SECS:-40}  # covers one refresh pass at the default ttls
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
+SYNC_REPEATS=${BENCH_SYNC_REPEATS:-1}
 CLUSTER_SESSION_TTL=${BENCH_CLUSTER_SESSION_TTL_SECS:-}  # the cluster phase's affinity.session_ttl_secs (default: scg's)
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 default_paths="direct scg nginx haproxy"
@@ -94,7 +97,7 @@ die() {
 }
 
 for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS \
-  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES DECISION_RATE DECISION_SECS SOAK_SECS; do
+  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SYNC_REPEATS DECISION_RATE DECISION_SECS SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
@@ -280,6 +283,7 @@ EOF
     # side by side (BENCH_SCG_YAML='limits: { sched_slice_us: 0 }').
     [[ -z ${BENCH_SCG_YAML:-} ]] || printf '%s\n' "$BENCH_SCG_YAML"
   } >"$WORK/$tag.yaml"
+  rm -f "$WORK/$tag.ports" # a tag started again (the rejoining replica) must not read its last ports
   "${SCG_EXE:-$BUILD/scg}" --config "$WORK/$tag.yaml" --port-file "$WORK/$tag.ports" >"$WORK/$tag.log" 2>&1 &
   STARTED_PID=$!
   CHILDREN+=("$STARTED_PID")
@@ -954,7 +958,7 @@ cluster_bench() {
   ((SYNC_ENTRIES > n)) && open_sessions sync-fill "$grpc1" $((SYNC_ENTRIES - n))
   n=$(replica_sessions "${admins[0]}")
   [[ -n $(wait_sessions "${admins[$((REPLICAS - 1))]}" "$n") ]] || log "WARNING: replica $REPLICAS never held all $n sessions"
-  local joiner ready_s="" received total rss i
+  local joiner ready_s="" received total rss held i
   # 4 (first half). The seed's placement decisions during a refresh pass at
   # full size, with nothing else going on, then during the sync below.
   decisions refresh "${admins[0]}" "$grpc1" -
@@ -977,7 +981,25 @@ cluster_bench() {
       sleep 0.01
     done
   }
-  decisions sync "${admins[0]}" "$grpc1" join_replica
+  # The sync, SYNC_REPEATS times: the joiner (same name each time, as a
+  # restarted pod) joins, syncs, is measured and stops.
+  local k
+  for ((k = 1; k <= SYNC_REPEATS; k++)); do
+    decisions sync "${admins[0]}" "$grpc1" join_replica
+    received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
+    [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
+    sleep 3 # every peer's sync reply has arrived and been freed
+    total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
+    rss=$(status_kib VmRSS "$joiner") held=$(replica_sessions "$STARTED_ADMIN_PORT")
+    printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s,"seed_cpu_s":%s,"joiner_cpu_s":%s}\n' \
+      "$n" "${held:-null}" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" \
+      "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" "$(ticks_to_s "${seed_sync_ticks:-0}")" \
+      "$(ticks_to_s "${joiner_sync_ticks:-0}")" >>"$RAW"
+    log "CPU until the joining replica was ready: the seed's $(ticks_to_s "${seed_sync_ticks:-0}") s, the joiner's $(ticks_to_s "${joiner_sync_ticks:-0}") s"
+    log "full sync $k/$SYNC_REPEATS of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
+    stop_pid "$joiner"
+    ready_s="" seed_sync_ticks="" joiner_sync_ticks=""
+  done
   # 4 (control). The same load while a busy loop runs on every core and scg
   # does nothing else: what waiting for a CPU alone costs a decision here.
   busy_loops() {
@@ -993,18 +1015,6 @@ cluster_bench() {
     done
   }
   decisions busy_loops "${admins[0]}" "$grpc1" busy_loops
-  received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
-  [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
-  sleep 3 # every peer's sync reply has arrived and been freed
-  total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
-  rss=$(status_kib VmRSS "$joiner")
-  printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s,"seed_cpu_s":%s,"joiner_cpu_s":%s}\n' \
-    "$n" "$(replica_sessions "$STARTED_ADMIN_PORT")" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" \
-    "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" "$(ticks_to_s "${seed_sync_ticks:-0}")" \
-    "$(ticks_to_s "${joiner_sync_ticks:-0}")" >>"$RAW"
-  log "CPU until the joining replica was ready: the seed's $(ticks_to_s "${seed_sync_ticks:-0}") s, the joiner's $(ticks_to_s "${joiner_sync_ticks:-0}") s"
-  log "full sync of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
-  stop_pid "$joiner"
   for ((r = ${#pids[@]} - 1; r >= 0; r--)); do stop_pid "${pids[r]}"; done
 }
 
