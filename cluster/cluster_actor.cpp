@@ -52,7 +52,8 @@ using namespace std::chrono_literals;
 
 constexpr auto default_flush_delay = 5ms;   // micro-batch window for deltas
 constexpr std::size_t sync_chunk = 4096;    // entries per repair or delta message, at most
-constexpr std::size_t refresh_slots = 4096;  // table slots per step of the refresh pass
+constexpr std::size_t refresh_slots = 512;   // table slots of the refresh pass per look at the clock
+constexpr auto refresh_step_budget = std::chrono::microseconds(300);  // the actor's time per refresh step, about
 constexpr double refresh_share = 0.25;        // of one core, at most, for a refresh pass (refresh_step)
 constexpr double merge_share = 0.6;           // of one core, at most, for merging a burst of repairs (paced_ack)
 constexpr auto merge_burst_gap = 1s;          // a repair this long after the last one starts a new burst
@@ -490,10 +491,9 @@ caf::result<std::uint32_t, std::uint32_t> leave(self_ptr self) {
 /// (a touch, replicated like any write); one whose version and local use are
 /// both older than the ttl becomes a tombstone, so every replica forgets it;
 /// a tombstone past its expiry is dropped. One pass over the table per
-/// anti-entropy round, in steps of refresh_slots
-/// slots: each step sends the next to the back of the mailbox, so the
-/// router's look-ups and the peers' messages wait for one step (about a
-/// millisecond), not for a pass over the whole table; and a step comes no
+/// refresh period, in steps of about refresh_step_budget: each step sends
+/// the next to the back of the mailbox, so the router's look-ups and the
+/// peers' messages wait for one step, not for a pass over the whole table; and a step comes no
 /// sooner than keeps the pass's work to refresh_share of the time since it
 /// began.
 void refresh_step(self_ptr self) {
@@ -504,7 +504,7 @@ void refresh_step(self_ptr self) {
   const auto steady = actors::now_ms();
   std::vector<entry> touch;
   std::vector<std::string> expire, forget;
-  st.refresh = st.table->for_each_step(*st.refresh, refresh_slots, [&](const entry_view& e) {
+  auto visit = [&](const entry_view& e) {
     if (e.deleted && e.tombstone_expires_ms <= static_cast<std::uint64_t>(wall)) forget.emplace_back(e.key);
     const bool session = e.key.rfind("s/", 0) == 0;
     if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
@@ -519,7 +519,13 @@ void refresh_step(self_ptr self) {
       case fate::touch: touch.push_back(e.to_entry()); break;
       case fate::expire: expire.emplace_back(e.key); break;
     }
-  });
+  };
+  // A step ends once it has used about refresh_step_budget: with look-ups of
+  // each binding's use (a table in steady use), a fixed number of slots took
+  // milliseconds on a busy machine, and the actor's questions waited behind it.
+  do {
+    st.refresh = st.table->for_each_step(*st.refresh, refresh_slots, visit);
+  } while (!st.refresh->done() && std::chrono::steady_clock::now() - began < refresh_step_budget);
   for (auto& e : touch) write_local(self, entry{e.key, e.backend, e.session, {}, false, 0, e.started_ms});
   for (auto& key : expire) {
     write_local(self, entry{key, {}, {}, {}, true, 0});
