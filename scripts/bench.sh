@@ -456,6 +456,14 @@ box_busy_ticks() {
   echo $((user + nice + system + irq + softirq + steal))
 }
 
+# Ticks all CPUs waited for the host (steal): a slow window beside a large
+# steal was the host's doing, not scg's.
+steal_ticks() {
+  local steal
+  read -r _ _ _ _ _ _ _ _ steal _ </proc/stat
+  echo "$steal"
+}
+
 ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }'; }
 
 # status_kib KEY PID...: the sum of a /proc/PID/status field (VmRSS, VmHWM) in KiB.
@@ -962,10 +970,10 @@ cluster_bench() {
   # 4 (first half). The seed's placement decisions during a refresh pass at
   # full size, with nothing else going on, then during the sync below.
   decisions refresh "${admins[0]}" "$grpc1" -
-  local seed_ticks0 seed_sync_ticks="" joiner_sync_ticks=""
+  local seed_ticks0 seed_sync_ticks="" joiner_sync_ticks="" steal0 steal_s
   join_replica() {
     t0=$(now_s)
-    seed_ticks0=$(proc_ticks "${pids[0]}")
+    seed_ticks0=$(proc_ticks "${pids[0]}") steal0=$(steal_ticks)
     start_scg "replica-join" "${ttl[@]}" "cluster:" "  node_name: bench-join" '  bind_addr: "127.0.0.1:0"' \
       "  seeds: [\"127.0.0.1:${cports[0]}\"]" "  sync_wait_secs: 30"
     joiner=$STARTED_PID
@@ -986,16 +994,17 @@ cluster_bench() {
   local k
   for ((k = 1; k <= SYNC_REPEATS; k++)); do
     decisions sync "${admins[0]}" "$grpc1" join_replica
+    steal_s=$(ticks_to_s $(($(steal_ticks) - steal0)))
     received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
     [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
     sleep 3 # every peer's sync reply has arrived and been freed
     total=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
     rss=$(status_kib VmRSS "$joiner") held=$(replica_sessions "$STARTED_ADMIN_PORT")
-    printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s,"seed_cpu_s":%s,"joiner_cpu_s":%s}\n' \
+    printf '{"kind":"sync","entries":%d,"held":%s,"ready_s":%s,"bytes_until_ready":%d,"bytes_all_peers":%d,"peers":%d,"rss_kib":%d,"empty_rss_kib":%d,"heap_bytes":%s,"empty_heap_bytes":%s,"seed_cpu_s":%s,"joiner_cpu_s":%s,"steal_s":%s}\n' \
       "$n" "${held:-null}" "${ready_s:-null}" "$received" "$total" "$REPLICAS" "$rss" "$empty_rss" \
       "$(heap_bytes "$STARTED_ADMIN_PORT")" "$empty_heap" "$(ticks_to_s "${seed_sync_ticks:-0}")" \
-      "$(ticks_to_s "${joiner_sync_ticks:-0}")" >>"$RAW"
-    log "CPU until the joining replica was ready: the seed's $(ticks_to_s "${seed_sync_ticks:-0}") s, the joiner's $(ticks_to_s "${joiner_sync_ticks:-0}") s"
+      "$(ticks_to_s "${joiner_sync_ticks:-0}")" "$steal_s" >>"$RAW"
+    log "CPU until the joining replica was ready: the seed's $(ticks_to_s "${seed_sync_ticks:-0}") s, the joiner's $(ticks_to_s "${joiner_sync_ticks:-0}") s; the host's steal over the window $steal_s s"
     log "full sync $k/$SYNC_REPEATS of $n bindings: ready after ${ready_s:-never} s, $received bytes received until ready ($total from all $REPLICAS peers), RSS $rss KiB (an empty replica: $empty_rss KiB)"
     stop_pid "$joiner"
     ready_s="" seed_sync_ticks="" joiner_sync_ticks=""

@@ -287,7 +287,7 @@ struct raw_records {
   std::vector<json> soak_samples;
   std::vector<json> stalled;  ///< stalled-readers runs, every N and round
   std::vector<json> decisions;  ///< placement decisions timed at full size, one per phase
-  std::vector<json> sync_ready_s;  ///< every full sync's time to ready, in run order (null: never)
+  std::vector<json> syncs;  ///< every full sync's record, in run order
   std::vector<case_runs> cases;
 };
 
@@ -299,7 +299,7 @@ void add_sync(raw_records& out, const json& record) {
     const auto ready = r.value("ready_s", json());
     return ready.is_number() ? ready.get<double>() : std::numeric_limits<double>::infinity();
   };
-  out.sync_ready_s.push_back(record.value("ready_s", json()));
+  out.syncs.push_back(record);
   if (out.sync.empty() || seconds(record) > seconds(out.sync)) out.sync = record;
 }
 
@@ -809,16 +809,23 @@ int run_report(cli_args& args) {
     if (entries > 0) bytes_per_entry = (rss - empty) * 1024 / entries;
     report["sync"] = y;
     report["sync"]["rss_bytes_per_entry"] = round_to(bytes_per_entry.value_or(0), 1);
-    std::string each;  // every sync's time, when the run timed several
-    for (const auto& ready : raw.sync_ready_s)
-      each += (each.empty() ? "" : ", ") + (ready.is_number() ? fixed(ready.get<double>(), 2) : std::string("never"));
-    if (raw.sync_ready_s.size() > 1) report["sync"]["ready_s_each"] = raw.sync_ready_s;
+    // Every sync's time (and the host's steal over its window), when the
+    // run timed several.
+    std::string each;
+    json ready_each = json::array();
+    for (const auto& one : raw.syncs) {
+      const auto ready = one.value("ready_s", json());
+      ready_each.push_back(ready);
+      each += (each.empty() ? "" : ", ") + (ready.is_number() ? fixed(ready.get<double>(), 2) + " s" : std::string("never"));
+      if (num(one, "steal_s") > 0) each += " (steal " + fixed(num(one, "steal_s"), 2) + " s)";
+    }
+    if (raw.syncs.size() > 1) report["sync"]["ready_s_each"] = ready_each;
     resource_rows.push_back(
         {"full sync to a joining replica: entries, time to ready",
          fixed(entries, 0) + " in " + (sync_s ? fixed(*sync_s, 2) + " s" : std::string("never")) +
-             (raw.sync_ready_s.size() > 1 ? " (the slowest of " + std::to_string(raw.sync_ready_s.size()) +
-                                                " joins: " + each + " s; its CPU and RSS below)"
-                                          : "")});
+             (raw.syncs.size() > 1 ? " (the slowest of " + std::to_string(raw.syncs.size()) + " joins: " + each +
+                                         "; its CPU and RSS below)"
+                                   : "")});
     if (y.contains("joiner_cpu_s"))
       resource_rows.push_back({"CPU until ready: the joining replica's, the seed's",
                                fixed(num(y, "joiner_cpu_s"), 2) + " s, " + fixed(num(y, "seed_cpu_s"), 2) + " s"});
