@@ -520,9 +520,9 @@ void refresh_step(self_ptr self) {
       case fate::expire: expire.emplace_back(e.key); break;
     }
   };
-  // A step ends once it has used about refresh_step_budget: with look-ups of
-  // each binding's use (a table in steady use), a fixed number of slots took
-  // milliseconds on a busy machine, and the actor's questions waited behind it.
+  // A step ends once it has used about refresh_step_budget, whatever its
+  // entries cost (a look-up of each binding's use in a table in steady use,
+  // none in one just filled), as the router's sweep step does.
   do {
     st.refresh = st.table->for_each_step(*st.refresh, refresh_slots, visit);
   } while (!st.refresh->done() && std::chrono::steady_clock::now() - began < refresh_step_budget);
