@@ -899,7 +899,8 @@ wait_sessions() {
 #  3. full sync: sessions opened until the table holds SYNC_ENTRIES, then one
 #     more replica, seeded from replica 1, joins: time from its start to ready,
 #     bytes it received from peers until then, and its RSS over the RSS replica 2
-#     had when it had just joined the empty cluster;
+#     had when it had just joined the empty cluster; then it stops, and joins
+#     again under the same name, SYNC_REPEATS times in all;
 #  4. decisions: DECISION_RATE new sessions/s on replica 1 (the seed) for
 #     DECISION_SECS at full size, once with nothing else going on (its refresh
 #     pass over the whole table starts every 37.5 s, a sixteenth of the
