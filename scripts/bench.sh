@@ -21,6 +21,10 @@
 # rate of new sessions for the delay), BENCH_SYNC_ENTRIES (the full sync's size),
 # BENCH_SYNC_REPEATS (how many times, default 1, a replica joins, syncs and
 # leaves: more decisions for a steadier p99, pooled; the slowest sync reported),
+# BENCH_SAMPLE_SLOW (1: while decisions are timed, the seed's count of those
+# over 10 ms is read ten times a second, and the log says when they happened,
+# to line a rare pause up with a profile; off by default, as the reads load
+# the seed a little),
 # BENCH_DECISION_RATE and BENCH_DECISION_SECS (the new sessions/s sent to the seed
 # replica while its placement decisions are timed, during a refresh pass,
 # during the full sync, and while a busy loop runs on every core as a control;
@@ -77,6 +81,7 @@ DECISION_SECS=${BENCH_DECISION_SECS:-10}
 REFRESH_WINDOW_SECS=${BENCH_REFRESH_WINDOW_SECS:-40}  # covers one refresh pass at the default ttls
 SYNC_ENTRIES=${BENCH_SYNC_ENTRIES:-${defaults[9]}}
 SYNC_REPEATS=${BENCH_SYNC_REPEATS:-1}
+SAMPLE_SLOW=${BENCH_SAMPLE_SLOW:-0}
 CLUSTER_SESSION_TTL=${BENCH_CLUSTER_SESSION_TTL_SECS:-}  # the cluster phase's affinity.session_ttl_secs (default: scg's)
 SOAK_SECS=${BENCH_SOAK_SECS:-${defaults[7]}}
 default_paths="direct scg nginx haproxy"
@@ -97,7 +102,7 @@ die() {
 }
 
 for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS \
-  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SYNC_REPEATS DECISION_RATE DECISION_SECS SOAK_SECS; do
+  REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SYNC_REPEATS SAMPLE_SLOW DECISION_RATE DECISION_SECS SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
 done
 ((ROUNDS >= 1 && UNARY_SECS >= 1 && STREAM_REPEATS >= 1 && MESSAGE_BYTES >= 1 && STREAM_BYTES >= MESSAGE_BYTES)) ||
@@ -829,13 +834,25 @@ delay_buckets() {
     sed -n "s/^${name}_bucket{le=\"\([^\"]*\)\"} \([0-9]*\)\$/[\"\1\",\2]/p" | paste -sd,)"
 }
 
+# slow_decisions ADMIN_PORT: until killed, every 0.1 s, the wall time and
+# how many of the replica's placement decisions took over 10 ms so far.
+slow_decisions() {
+  local m
+  while :; do
+    m=$(admin_get "$1" /metrics | awk '/^scg_router_decision_seconds_bucket\{le="0.010000"\}/ { le = $2 }
+      /^scg_router_decision_seconds_count/ { n = $2 } END { print n - le }')
+    echo "$(now_s) $m"
+    sleep 0.1
+  done
+}
+
 # decisions PHASE ADMIN_PORT GRPC_PORT CMD...: DECISION_RATE new sessions/s for
 # DECISION_SECS through one replica while CMD runs (or only the load, when CMD
 # is "-"), with that replica's scg_router_decision_seconds and
 # scg_cluster_refresh_pass_seconds buckets before and after, as a "decisions"
 # record: how long placement waited while the cluster actor was busy.
 decisions() {
-  local phase=$1 admin=$2 port=$3 secs=$DECISION_SECS load_pid d0 d1 r0 r1 o0 o1
+  local phase=$1 admin=$2 port=$3 secs=$DECISION_SECS load_pid d0 d1 r0 r1 o0 o1 sampler_pid="" t_start
   shift 3
   [[ $phase == refresh ]] && ((secs < REFRESH_WINDOW_SECS)) && secs=$REFRESH_WINDOW_SECS
   d0=$(delay_buckets "$admin" scg_router_decision_seconds) r0=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
@@ -845,10 +862,24 @@ decisions() {
     >"$WORK/decisions-$phase.json" 2>>"$WORK/bench-client.log" &
   load_pid=$!
   CHILDREN+=("$load_pid")
+  if ((SAMPLE_SLOW)); then
+    t_start=$(now_s)
+    slow_decisions "$admin" >"$WORK/slow-$phase.txt" &
+    sampler_pid=$!
+    CHILDREN+=("$sampler_pid")
+  fi
   DECISIONS_MARK="" DECISIONS_MARK_REFRESH="" DECISIONS_MARK_OWNER=""
   [[ $1 == - ]] || "$@"
   wait "$load_pid" || die "the decision load ($phase) failed: $(cat "$WORK/decisions-$phase.json")"
   forget_child "$load_pid"
+  if [[ -n $sampler_pid ]]; then
+    kill "$sampler_pid" 2>/dev/null || true
+    wait "$sampler_pid" 2>/dev/null || true
+    forget_child "$sampler_pid"
+    log "decisions over 10 ms during $phase, seconds after the load's start at $(date -d "@$t_start" +%T.%N | cut -c1-12) (+count): $(awk -v t0="$t_start" '
+      NF == 2 && $2 != "" { if (seen && $2 > last) printf "%.1f(+%d) ", $1 - t0, $2 - last; last = $2; seen = 1 }' \
+      "$WORK/slow-$phase.txt")"
+  fi
   d1=$(delay_buckets "$admin" scg_router_decision_seconds) r1=$(delay_buckets "$admin" scg_cluster_refresh_pass_seconds)
   o1=$(delay_buckets "$admin" scg_router_owner_answer_seconds)
   printf '{"kind":"decisions","phase":"%s","entries":%d,"rate":%d,"sessions":%d,"errors":%d,"before":[%s],"after":[%s],"refresh_before":[%s],"refresh_after":[%s],"owner_before":[%s],"owner_after":[%s]}\n' \
