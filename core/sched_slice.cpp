@@ -51,7 +51,8 @@ sched_slice_result request_sched_slice(std::chrono::microseconds slice) {
   a.sched_runtime = wanted;  // the nice value and policy read above are kept
   if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) return {false, std::string("sched_setattr: ") + std::strerror(errno)};
   // Kernels before 6.12 accept sched_runtime for SCHED_OTHER and ignore it.
-  if (sched_slice_of_this_thread() != std::chrono::nanoseconds(wanted)) return {false, "the kernel keeps its own slices (needs Linux 6.12 or later)"};
+  if (sched_slice_of_this_thread() != std::chrono::nanoseconds(wanted))
+    return {false, "the kernel keeps its own slices (needs Linux 6.12 or later)"};
   return {true, {}};
 }
 

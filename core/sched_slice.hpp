@@ -2,10 +2,11 @@
 // The scheduling slice scg asks of Linux for its threads (limits.sched_slice_us).
 // A thread that wakes with work (a call's bytes, a placement question, a
 // peer's answer) waits for a busy core until the running task's slice ends,
-// about 3 ms on a 2-core machine; Linux 6.12 and later let a task ask for a
-// shorter slice (sched_setattr's sched_runtime under SCHED_OTHER, 0.1 to
-// 100 ms), which lets it preempt on wake-up. It changes when a thread runs,
-// not how much CPU it gets. Threads inherit it: set before any is started.
+// 1.4 ms on the project's 2-core machine; Linux 6.12 and later let a task ask
+// for a shorter slice (sched_setattr's sched_runtime under SCHED_OTHER, 0.1
+// to 100 ms), which lets it preempt on wake-up. The preemptions cost CPU per
+// call (docs/configuration.md, limits). Threads inherit it: set before any
+// is started.
 
 #include <chrono>
 #include <optional>
