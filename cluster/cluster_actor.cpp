@@ -12,6 +12,7 @@
 //   - mirrors the replicated table into the data path's session table;
 //   - tells the router which members are up, so it can ask a key's owner.
 #include "cluster/cluster.hpp"
+#include "cluster/cluster_guard.hpp"
 
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
@@ -62,6 +63,8 @@ constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr auto leave_timeout = 1500ms;      // for each peer to take the last writes at SIGTERM
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
+/// The plain-TCP cluster port's guard, from start() to stop() (one cluster per process).
+std::unique_ptr<cluster_guard> guard;
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr std::int64_t sync_give_up_ms = 60'000;  // the longest a sync in progress holds readiness back
 constexpr auto sync_recheck = 250ms;              // how often readiness looks again while it waits on one
@@ -1254,12 +1257,20 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
   auto actor = caf::actor_cast<caf::actor>(
       sys.spawn(cluster_behavior, c, ttl, std::move(replicated), table, backends, router.handle, view,
                 std::move(on_ready)));
+  // With TLS, CAF listens on bind_addr itself. Without, on a loopback port
+  // behind the guard, which listens on bind_addr (cluster_guard.hpp).
   const char* in = wildcard ? nullptr : host.c_str();
   auto bound = c.tls ? caf::openssl::publish(actor, port, in, true)
-                     : sys.middleman().publish(actor, port, in, true);
-  if (!bound) {
+                     : sys.middleman().publish(actor, 0, "127.0.0.1", true);
+  std::string guard_error;
+  if (bound && !c.tls) {
+    guard = cluster_guard::start(host, port, *bound, guard_error);
+    if (guard) bound = guard->port();
+  }
+  if (!bound || !guard_error.empty()) {
     spdlog::get("cluster")->error("cluster_listen_failed bind_addr={} reason=\"{}\"", c.bind_addr,
-                                  sys.render(bound.error()));
+                                  bound ? guard_error : sys.render(bound.error()));
+    if (bound) sys.middleman().unpublish(actor, 0);
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     return 0;
   }
@@ -1280,6 +1291,7 @@ void stop(caf::actor_system& sys) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     waiter->receive([](const caf::down_msg&) {}, caf::after(std::chrono::seconds(1)) >> [] {});
   }
+  guard.reset();
 }
 
 }  // namespace scg::cluster

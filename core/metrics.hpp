@@ -42,6 +42,7 @@ namespace scg::core {
   X(cluster_duplicate_names_total, "Peers refused: another replica uses this replica's node_name") \
   X(cluster_protocol_refused_total, "Peers refused: they speak no cluster protocol version this replica speaks") \
   X(cluster_messages_dropped_total, "Peer messages dropped: of another scg version, or malformed (unexpected_message, digest_refused)") \
+  X(cluster_connections_refused_total, "Connections to the plain-TCP cluster port closed by its guard: a frame CAF would crash on or reserve too much for, or over 256 at once") \
   X(cluster_one_way_greetings_total, "Members greeted because they sent replication to this replica while it counted them down (a one-way split mended)") \
   X(cluster_handoffs_total, "Members back up after a partition or freeze sent the writes made here meanwhile (hinted handoff)") \
   X(cluster_handoff_fallbacks_total, "Members back up repaired by digest alone: the write log no longer reached back to when they were last heard") \

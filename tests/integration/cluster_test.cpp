@@ -7,12 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <map>
 #include <mutex>
 
 #include <csignal>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "core/rendezvous.hpp"
 #include "core/session_key.hpp"
@@ -279,6 +281,66 @@ TEST_CASE("a process without the cluster identity cannot join or inject bindings
   }
   // Its binding would show as a session on the members; there is none.
   for (auto& r : env.replicas) CHECK(metric_value(r->admin_port, "scg_sessions_active") == 0);
+}
+
+namespace {
+
+/// Connects to 127.0.0.1:`port`, sends `bytes` and returns whether the other
+/// side closed the connection within 3 s (0 bytes read, or a reset).
+bool closed_after_sending(int port, const std::vector<unsigned char>& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<std::uint16_t>(port));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval wait{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  bool closed = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 &&
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+    char buf[256];
+    for (int i = 0; i < 64; ++i) {  // CAF's server handshake may come first
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) continue;
+      closed = n == 0 || errno == ECONNRESET;
+      break;
+    }
+  }
+  ::close(fd);
+  return closed;
+}
+
+/// A BASP header (32 bytes, big-endian): type, padding, flags, payload length,
+/// then operation data, source and destination actors all 0.
+std::vector<unsigned char> basp_header(unsigned char type, std::uint32_t payload) {
+  std::vector<unsigned char> h(32, 0);
+  h[0] = type;
+  for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<unsigned char>(payload >> (8 * (3 - i)));
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("a stray connection sending frames CAF would crash on is closed, and the replica carries on",
+          "[integration][cluster]") {
+  cluster_env env(2);
+  auto& r0 = *env.replicas[0];
+  // A handshake header announcing no payload: CAF 0.17.6 read it through a
+  // null pointer and the process ended (SIGSEGV) before the guard.
+  CHECK(closed_after_sending(r0.cluster_port, basp_header(1, 0)));
+  // A first frame that is no handshake, announcing 4 GiB (which CAF reserved at once).
+  CHECK(closed_after_sending(r0.cluster_port, basp_header(2, 0xffffffffu)));
+  CHECK_FALSE(r0.proc.wait(std::chrono::milliseconds(0)).has_value());  // still running
+  CHECK(metric_value(r0.admin_port, "scg_cluster_connections_refused_total") == 2);
+  CHECK(occurrences(read_file(r0.proc.log_path()), "\"event\":\"cluster_connection_refused\"") >= 1);
+  // The cluster is whole and serves as before.
+  CHECK(env.wait_for_mesh(5s));
+  grpc::Status s;
+  const auto b = config_backend(r0.grpc_port, "after-stray", &s);
+  CHECK(s.ok());
+  CHECK(eventually([&] { return listed_backend(*env.replicas[1], "after-stray") == b; }, 5s));
+  CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_connections_refused_total") == 0);
 }
 
 namespace {

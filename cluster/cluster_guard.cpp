@@ -1,0 +1,166 @@
+#include "cluster/cluster_guard.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <asio.hpp>
+#include <chrono>
+#include <thread>
+
+#include "cluster/frame_check.hpp"
+#include "core/metrics.hpp"
+
+namespace scg::cluster {
+
+namespace {
+
+using asio::ip::tcp;
+
+/// Connections relayed at once, at most: a cluster's replicas hold one or two
+/// each to every peer; more is a flood, and the next ones are closed at once.
+constexpr std::size_t max_links = 256;
+
+/// "address:port" of the socket's other end, for the log.
+std::string peer_of(const tcp::socket& s) {
+  asio::error_code ec;
+  const auto ep = s.remote_endpoint(ec);
+  return ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+struct cluster_guard::impl {
+  std::size_t links = 0;  // before io: the links its pending handlers hold count down at its end
+  std::chrono::steady_clock::time_point last_log{};
+  tcp::endpoint inner;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer pause{io};
+  std::thread thread;
+
+  /// Counts a refused connection and logs it, at most once a second (a
+  /// flood would otherwise fill the log).
+  void refused(const std::string& peer, const std::string& reason) {
+    core::bump(core::global_metrics().cluster_connections_refused_total);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_log < std::chrono::seconds(1)) return;
+    last_log = now;
+    spdlog::get("cluster")->warn("cluster_connection_refused peer={} reason=\"{}\"", peer, reason);
+  }
+
+  void accept();
+};
+
+namespace {
+
+/// One connection: the dialer's (outer) and the one to CAF (inner).
+struct link : std::enable_shared_from_this<link> {
+  link(cluster_guard::impl& g, tcp::socket s) : guard(g), outer(std::move(s)), inner(g.io) {
+    ++guard.links;
+  }
+  ~link() { --guard.links; }
+
+  void start() {
+    inner.async_connect(guard.inner, [self = shared_from_this()](const asio::error_code& ec) {
+      if (ec) return self->close();
+      asio::error_code ignored;
+      self->outer.set_option(tcp::no_delay(true), ignored);
+      self->inner.set_option(tcp::no_delay(true), ignored);
+      self->dialer_to_caf();
+      self->caf_to_dialer();
+    });
+  }
+
+  void dialer_to_caf() {
+    outer.async_read_some(asio::buffer(up), [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
+      if (ec) return self->close();
+      if (auto why = self->check.feed(self->up.data(), n); !why.empty()) {
+        self->guard.refused(self->peer, why);
+        return self->close();
+      }
+      asio::async_write(self->inner, asio::buffer(self->up, n), [self](const asio::error_code& wec, std::size_t) {
+        if (wec) return self->close();
+        self->dialer_to_caf();
+      });
+    });
+  }
+
+  void caf_to_dialer() {
+    inner.async_read_some(asio::buffer(down), [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
+      if (ec) return self->close();
+      asio::async_write(self->outer, asio::buffer(self->down, n), [self](const asio::error_code& wec, std::size_t) {
+        if (wec) return self->close();
+        self->caf_to_dialer();
+      });
+    });
+  }
+
+  void close() {
+    asio::error_code ignored;
+    outer.close(ignored);
+    inner.close(ignored);
+  }
+
+  cluster_guard::impl& guard;
+  tcp::socket outer, inner;
+  std::string peer = peer_of(outer);
+  frame_check check;
+  std::array<unsigned char, 64 * 1024> up{}, down{};
+};
+
+}  // namespace
+
+void cluster_guard::impl::accept() {
+  acceptor.async_accept([this](const asio::error_code& ec, tcp::socket s) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (ec) {  // out of descriptors or memory: try again in a while, not in a loop
+      pause.expires_after(std::chrono::milliseconds(100));
+      pause.async_wait([this](const asio::error_code& wec) {
+        if (!wec) accept();
+      });
+      return;
+    }
+    if (links >= max_links)
+      refused(peer_of(s), "over " + std::to_string(max_links) + " connections at once");
+    else
+      std::make_shared<link>(*this, std::move(s))->start();
+    accept();
+  });
+}
+
+std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& host, std::uint16_t port,
+                                                    std::uint16_t inner_port, std::string& error) {
+  auto p = std::make_unique<impl>();
+  asio::error_code ec;
+  const auto bare = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+  tcp::resolver resolver(p->io);
+  const auto found = resolver.resolve(bare, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || found.empty()) {
+    error = "cannot resolve '" + host + "': " + (ec ? ec.message() : "no address");
+    return nullptr;
+  }
+  const tcp::endpoint at = found.begin()->endpoint();
+  p->inner = tcp::endpoint{asio::ip::address_v4::loopback(), inner_port};
+  p->acceptor.open(at.protocol(), ec);
+  if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) p->acceptor.bind(at, ec);
+  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    error = ec.message();
+    return nullptr;
+  }
+  p->accept();
+  p->thread = std::thread([io = &p->io] { io->run(); });
+  return std::unique_ptr<cluster_guard>(new cluster_guard(std::move(p)));
+}
+
+cluster_guard::cluster_guard(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+cluster_guard::~cluster_guard() {
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::uint16_t cluster_guard::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+}  // namespace scg::cluster

@@ -1,0 +1,40 @@
+#pragma once
+// The cluster port without TLS: a relay in front of CAF. It listens where
+// cluster.bind_addr says, passes each connection on to CAF's listener on a
+// loopback port, and checks every frame the dialer sends (frame_check.hpp)
+// before CAF reads it: a connection whose frame would crash CAF, or make it
+// reserve more than frame_check::max_payload, is closed, logged
+// (`cluster_connection_refused`) and counted (scg_cluster_connections_refused_total),
+// and the replica carries on. What CAF sends back passes unchecked. With
+// cluster.tls, CAF listens itself: only holders of a certificate from the
+// cluster's CA reach it. One thread; each relayed connection holds two
+// 64 KiB buffers.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace scg::cluster {
+
+class cluster_guard {
+ public:
+  /// Listens on `host`:`port` (port 0: a free one; host "0.0.0.0" or "::":
+  /// every address) and relays to 127.0.0.1:`inner_port`. nullptr with
+  /// `error` set when it cannot listen.
+  static std::unique_ptr<cluster_guard> start(const std::string& host, std::uint16_t port,
+                                              std::uint16_t inner_port, std::string& error);
+  ~cluster_guard();  // stops listening and closes every relayed connection
+  cluster_guard(const cluster_guard&) = delete;
+  cluster_guard& operator=(const cluster_guard&) = delete;
+
+  /// The port it listens on.
+  std::uint16_t port() const;
+
+  struct impl;
+
+ private:
+  explicit cluster_guard(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace scg::cluster
