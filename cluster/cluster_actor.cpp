@@ -63,8 +63,6 @@ constexpr auto repair_timeout = 30s;        // for the peer to take one
 constexpr auto leave_timeout = 1500ms;      // for each peer to take the last writes at SIGTERM
 constexpr int repair_window = 4;            // repair messages not yet acknowledged, at most
 constexpr caf::atom_value registry_key = caf::atom("scgcluster");  // where stop() finds the actor
-/// The plain-TCP cluster port's guard, from start() to stop() (one cluster per process).
-std::unique_ptr<cluster_guard> guard;
 constexpr auto anti_entropy_interval = 2s;  // digest exchange with every member
 constexpr std::int64_t sync_give_up_ms = 60'000;  // the longest a sync in progress holds readiness back
 constexpr auto sync_recheck = 250ms;              // how often readiness looks again while it waits on one
@@ -80,6 +78,9 @@ constexpr std::int64_t handoff_margin_ms = 1000;
 // After a handoff, the digest waits this long: both sides then hold what the
 // other handed over, and the digests differ only where neither knew.
 constexpr std::int64_t digest_hold_ms = 1000;
+
+/// The plain-TCP cluster port's guard, from start() to stop() (one cluster per process).
+std::unique_ptr<cluster_guard> guard;
 
 /// A repair under way to one peer: its messages, packed a step at a time
 /// (from the buckets that differ, or a handoff's entries), and those the
