@@ -43,7 +43,9 @@
 # in BENCH_BUILD_DIR as they are, without building), BENCH_KEEP (1: keep the
 # replicas' logs and the raw files in the work directory it names),
 # BENCH_SCG_YAML (extra top-level YAML for every scg the run starts, e.g.
-# 'limits: { sched_slice_us: 0 }': one setting against another, run by run).
+# 'limits: { sched_slice_us: 0 }': one setting against another, run by run),
+# BENCH_CORES (1: every process the run starts may dump core, where the
+# kernel's core_pattern says, which the log names: a crash to read in gdb).
 # nginx, haproxy and h2load come from `scripts/setup.sh --bench` (called when a
 # path or workload that needs one is selected and it is missing).
 # Results go to bench-results/ (JSON, Markdown, raw records). What the figures
@@ -170,6 +172,10 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scg-bench.XXXXXX")
 RAW=$WORK/raw.jsonl
 CLK_TCK=$(getconf CLK_TCK)
+if [[ ${BENCH_CORES:-0} == 1 ]]; then
+  ulimit -c unlimited
+  echo "bench: core dumps on; the kernel writes them as $(cat /proc/sys/kernel/core_pattern) (BENCH_CORES=1)" >&2
+fi
 
 # ------------------------------------------------------------------ processes
 
