@@ -103,6 +103,18 @@ die() {
   exit 1
 }
 
+# alive_or_die PID NAME LOG: stops the run, naming NAME, how it ended and its
+# log, when the process PID (a child of this shell) is gone.
+alive_or_die() {
+  local state
+  state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || state=""
+  [[ -n $state && $state != Z ]] && return 0 # a zombie is gone too, until reaped
+  local rc=0 how
+  wait "$1" 2>/dev/null || rc=$?
+  if ((rc > 128)); then how="killed by signal $((rc - 128))"; else how="exit $rc"; fi
+  die "$2 (pid $1) ended during the run ($how); its log: $3"
+}
+
 for setting in ROUNDS UNARY_SECS WARMUP_SECS STREAM_BYTES MESSAGE_BYTES SESSIONS STREAM_REPEATS REPL_SESSIONS REPLICAS \
   REPL_RATE REPL_RATE_SECS SYNC_ENTRIES SYNC_REPEATS SAMPLE_SLOW DECISION_RATE DECISION_SECS SOAK_SECS; do
   [[ ${!setting} =~ ^[0-9]+$ ]] || die "BENCH_$setting must be a non-negative integer, got '${!setting}'"
@@ -1033,6 +1045,8 @@ cluster_bench() {
   local k
   for ((k = 1; k <= SYNC_REPEATS; k++)); do
     decisions sync "${admins[0]}" "$grpc1" join_replica
+    for ((r = 0; r < ${#pids[@]}; r++)); do alive_or_die "${pids[r]}" "replica $((r + 1))" "$WORK/replica-$((r + 1)).log"; done
+    alive_or_die "$joiner" "the joining replica" "$WORK/replica-join.log"
     steal_s=$(ticks_to_s $(($(steal_ticks) - steal0)))
     received=$(bytes_received "$joiner" "${cports[@]}" "$STARTED_CLUSTER_PORT")
     [[ -n $(wait_sessions "$STARTED_ADMIN_PORT" "$n") ]] || log "WARNING: the joining replica never held all $n sessions"
