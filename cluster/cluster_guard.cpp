@@ -9,6 +9,7 @@
 
 #include "cluster/frame_check.hpp"
 #include "core/metrics.hpp"
+#include "net/listen_endpoint.hpp"
 
 namespace scg::cluster {
 
@@ -128,18 +129,17 @@ void cluster_guard::impl::accept() {
   });
 }
 
-std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& host, std::uint16_t port,
-                                                    std::uint16_t inner_port, std::string& error) {
+std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& bind_addr, std::uint16_t inner_port,
+                                                    std::string& error) {
   auto p = std::make_unique<impl>();
-  asio::error_code ec;
-  const auto bare = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
-  tcp::resolver resolver(p->io);
-  const auto found = resolver.resolve(bare, std::to_string(port), tcp::resolver::passive, ec);
-  if (ec || found.empty()) {
-    error = "cannot resolve '" + host + "': " + (ec ? ec.message() : "no address");
+  tcp::endpoint at;
+  try {
+    at = net::listen_endpoint(bind_addr);
+  } catch (const std::runtime_error& e) {
+    error = e.what();
     return nullptr;
   }
-  const tcp::endpoint at = found.begin()->endpoint();
+  asio::error_code ec;
   p->inner = tcp::endpoint{asio::ip::address_v4::loopback(), inner_port};
   p->acceptor.open(at.protocol(), ec);
   if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);

@@ -18,11 +18,11 @@ namespace scg::cluster {
 
 class cluster_guard {
  public:
-  /// Listens on `host`:`port` (port 0: a free one; host "0.0.0.0" or "::":
-  /// every address) and relays to 127.0.0.1:`inner_port`. nullptr with
-  /// `error` set when it cannot listen.
-  static std::unique_ptr<cluster_guard> start(const std::string& host, std::uint16_t port,
-                                              std::uint16_t inner_port, std::string& error);
+  /// Listens on `bind_addr` ("host:port", as cluster.bind_addr; port 0: a
+  /// free one) and relays to 127.0.0.1:`inner_port`. nullptr with `error`
+  /// set when it cannot listen.
+  static std::unique_ptr<cluster_guard> start(const std::string& bind_addr, std::uint16_t inner_port,
+                                              std::string& error);
   ~cluster_guard();  // stops listening and closes every relayed connection
   cluster_guard(const cluster_guard&) = delete;
   cluster_guard& operator=(const cluster_guard&) = delete;

@@ -16,22 +16,11 @@
 #include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
+#include "net/listen_endpoint.hpp"
 
 namespace scg::net {
 
 namespace {
-
-/// "host:port" or "[v6]:port" as an endpoint to listen on.
-asio::ip::tcp::endpoint listen_endpoint(const std::string& addr) {
-  const auto parts = core::parse_host_port(addr, true);
-  if (!parts) throw std::runtime_error("bind_addr " + addr + " is not host:port");
-  asio::io_context io;
-  asio::ip::tcp::resolver resolver(io);
-  asio::error_code ec;
-  auto results = resolver.resolve(parts->host, std::to_string(parts->port), asio::ip::tcp::resolver::passive, ec);
-  if (ec || results.empty()) throw std::runtime_error("cannot resolve bind_addr " + addr + ": " + ec.message());
-  return results.begin()->endpoint();
-}
 
 /// The CPUs this process may run on (its affinity mask), at least 1.
 unsigned usable_cpus() {

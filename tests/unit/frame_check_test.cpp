@@ -71,8 +71,7 @@ TEST_CASE("frame_check refuses what would crash or bloat CAF", "[frame_check]") 
   SECTION("a length over the limit") {
     frame_check c;
     auto big = frame(1, 40);
-    const auto head = frame(2, 0, 0, 1, 2);  // then the length patched in
-    auto over = std::vector<unsigned char>(head.begin(), head.end());
+    auto over = frame(2, 0, 0, 1, 2);  // then the length patched in
     const std::uint32_t len = frame_check::max_payload + 1;
     for (int i = 0; i < 4; ++i) over[4 + i] = static_cast<unsigned char>(len >> (8 * (3 - i)));
     CHECK(feed_all(c, big + over).find("over the limit") != std::string::npos);
