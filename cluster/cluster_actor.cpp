@@ -1265,7 +1265,8 @@ std::uint16_t start(caf::actor_system& sys, const config::cluster& c, const conf
                      : sys.middleman().publish(actor, 0, "127.0.0.1", true);
   std::string guard_error;
   if (bound && !c.tls) {
-    guard = cluster_guard::start(c.bind_addr, *bound, guard_error);
+    guard = cluster_guard::start(c.bind_addr, *bound, std::chrono::milliseconds(c.connection_timeout_ms),
+                                 guard_error);
     if (guard) bound = guard->port();
   }
   if (!bound || !guard_error.empty()) {

@@ -6,6 +6,7 @@
 #include <asio.hpp>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "cluster/frame_check.hpp"
 #include "core/metrics.hpp"
@@ -32,6 +33,7 @@ std::string peer_of(const tcp::socket& s) {
 
 struct cluster_guard::impl {
   std::size_t links = 0;  // before io: the links its pending handlers hold count down at its end
+  std::chrono::milliseconds handshake_timeout{1000};
   std::chrono::steady_clock::time_point last_log{};
   tcp::endpoint inner;
   asio::io_context io;
@@ -61,14 +63,43 @@ struct link : std::enable_shared_from_this<link> {
   }
   ~link() { --guard.links; }
 
+  /// Reads the dialer's handshake before CAF hears of the connection: a
+  /// probe or a scan that closes at once, or a dialer that never sends a
+  /// handshake, never reaches CAF (see the header).
   void start() {
-    inner.async_connect(guard.inner, [self = shared_from_this()](const asio::error_code& ec) {
-      if (ec) return self->close();
-      asio::error_code ignored;
-      self->outer.set_option(tcp::no_delay(true), ignored);
-      self->inner.set_option(tcp::no_delay(true), ignored);
-      self->dialer_to_caf();
-      self->caf_to_dialer();
+    deadline.expires_after(guard.handshake_timeout);
+    deadline.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+      if (ec || self->relaying) return;
+      self->guard.refused(self->peer, "no handshake within " + std::to_string(self->guard.handshake_timeout.count()) +
+                                          " ms");
+      self->close();
+    });
+    read_handshake();
+  }
+
+  void read_handshake() {
+    outer.async_read_some(asio::buffer(up), [self = shared_from_this()](const asio::error_code& ec, std::size_t n) {
+      if (ec) return self->close();  // gone before its handshake: CAF never saw it
+      if (auto why = self->check.feed(self->up.data(), n); !why.empty()) {
+        self->guard.refused(self->peer, why);
+        return self->close();
+      }
+      self->first.insert(self->first.end(), self->up.begin(), self->up.begin() + static_cast<std::ptrdiff_t>(n));
+      if (!self->check.handshake_done()) return self->read_handshake();
+      self->relaying = true;
+      self->deadline.cancel();
+      self->inner.async_connect(self->guard.inner, [self](const asio::error_code& cec) {
+        if (cec) return self->close();
+        asio::error_code ignored;
+        self->outer.set_option(tcp::no_delay(true), ignored);
+        self->inner.set_option(tcp::no_delay(true), ignored);
+        asio::async_write(self->inner, asio::buffer(self->first), [self](const asio::error_code& wec, std::size_t) {
+          if (wec) return self->close();
+          self->first = {};
+          self->dialer_to_caf();
+          self->caf_to_dialer();
+        });
+      });
     });
   }
 
@@ -100,10 +131,14 @@ struct link : std::enable_shared_from_this<link> {
     asio::error_code ignored;
     outer.close(ignored);
     inner.close(ignored);
+    deadline.cancel();
   }
 
   cluster_guard::impl& guard;
   tcp::socket outer, inner;
+  asio::steady_timer deadline{guard.io};
+  bool relaying = false;                // the handshake passed: connected (or connecting) to CAF
+  std::vector<unsigned char> first;     // what came before that (the handshake, and perhaps more)
   std::string peer = peer_of(outer);
   frame_check check;
   std::array<unsigned char, 64 * 1024> up{}, down{};
@@ -130,8 +165,10 @@ void cluster_guard::impl::accept() {
 }
 
 std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& bind_addr, std::uint16_t inner_port,
+                                                    std::chrono::milliseconds handshake_timeout,
                                                     std::string& error) {
   auto p = std::make_unique<impl>();
+  p->handshake_timeout = handshake_timeout;
   tcp::endpoint at;
   try {
     at = net::listen_endpoint(bind_addr);

@@ -33,6 +33,9 @@ std::string frame_check::check_header() const {
   const auto dest = big_endian(header_ + 24, 8);
   if (frames_ == 0 && type != client_handshake)
     return "the first frame is not a handshake (type " + std::to_string(type) + ")";
+  if (frames_ == 0 && payload > max_handshake_payload)
+    return "a handshake of " + std::to_string(payload) + " bytes, over the limit of " +
+           std::to_string(max_handshake_payload);
   if (payload > max_payload)
     return "a frame announces " + std::to_string(payload) + " bytes, over the limit of " +
            std::to_string(max_payload);

@@ -26,6 +26,9 @@ class frame_check {
   /// messages of 4,096 entries (about 400 KB); a 0.1.0 replica sends its
   /// micro-batches whole, which a refresh of many bindings makes large.
   static constexpr std::uint32_t max_payload = 256u << 20;
+  /// The longest handshake a dialer may send: CAF's carries only the
+  /// dialer's node id (a few dozen bytes).
+  static constexpr std::uint32_t max_handshake_payload = 64u << 10;
 
   /// Takes the stream's next `n` bytes. Empty while all is well; once a
   /// frame fails, why (and the same for every later call).
@@ -33,6 +36,10 @@ class frame_check {
 
   /// Frames checked whole (headers read).
   std::uint64_t frames() const { return frames_; }
+
+  /// Whether the dialer's first frame, its handshake, has arrived whole
+  /// (header and payload) and passed.
+  bool handshake_done() const { return refused_.empty() && (frames_ > 1 || (frames_ == 1 && payload_left_ == 0)); }
 
  private:
   std::string check_header() const;

@@ -345,6 +345,56 @@ TEST_CASE("a stray connection sending frames CAF would crash on is closed, and t
 
 namespace {
 
+/// A connection to 127.0.0.1:`port` whose reads give up after `wait`.
+int dial_loopback(int port, std::chrono::milliseconds wait) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<std::uint16_t>(port));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{static_cast<time_t>(wait.count() / 1000), static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("CAF hears of a cluster connection only once its handshake has come; probes and silent ones never",
+          "[integration][cluster]") {
+  cluster_env env(1);  // connection_timeout_ms: 1000
+  auto& r0 = *env.replicas[0];
+  // Probes, as a peer's reachability check or a port scan: connect, close.
+  for (int i = 0; i < 50; ++i) ::close(dial_loopback(r0.cluster_port, 100ms));
+  // A dialer hears nothing (CAF sends its own handshake as it accepts)...
+  const int fd = dial_loopback(r0.cluster_port, 500ms);
+  char buf[512];
+  CHECK(::recv(fd, buf, sizeof buf, 0) < 0);
+  // ...until its handshake has come whole: CAF's answer is a server handshake
+  // (type 0). (This payload is no node id, so CAF then closes.)
+  auto hello = basp_header(1, 40);
+  hello.resize(hello.size() + 40, 'x');
+  REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+  const auto n = ::recv(fd, buf, sizeof buf, 0);
+  REQUIRE(n > 0);
+  CHECK(buf[0] == 0);
+  ::close(fd);
+  // A dialer that stays silent is closed after the connection time-out, and counted.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(closed_after_sending(r0.cluster_port, {}));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited >= 900ms);
+  CHECK(waited < 2500ms);
+  CHECK(metric_value(r0.admin_port, "scg_cluster_connections_refused_total") == 1);
+  CHECK(eventually([&] {
+    return occurrences(read_file(r0.proc.log_path()), "no handshake within 1000 ms") == 1;
+  }, 2s));
+  CHECK_FALSE(r0.proc.wait(std::chrono::milliseconds(0)).has_value());
+}
+
+namespace {
+
 /// A CA and a certificate it signed, made with the openssl tool in `dir`.
 void make_certs(const temp_dir& dir, const std::string& ca, const std::vector<std::string>& nodes) {
   auto run = [](const std::string& cmd) { REQUIRE(std::system((cmd + " >/dev/null 2>&1").c_str()) == 0); };

@@ -76,6 +76,12 @@ TEST_CASE("frame_check refuses what would crash or bloat CAF", "[frame_check]") 
     for (int i = 0; i < 4; ++i) over[4 + i] = static_cast<unsigned char>(len >> (8 * (3 - i)));
     CHECK(feed_all(c, big + over).find("over the limit") != std::string::npos);
   }
+  SECTION("a handshake over its limit (a node id is a few dozen bytes)") {
+    frame_check c;
+    CHECK(feed_all(c, frame(1, frame_check::max_handshake_payload + 1)).find("a handshake of") == 0);
+    frame_check ok;
+    CHECK(feed_all(ok, frame(1, frame_check::max_handshake_payload)).empty());
+  }
   SECTION("unknown types and CAF's own malformed cases") {
     frame_check a, b, d;
     CHECK(feed_all(a, frame(1, 40) + frame(7, 4)) == "unknown frame type 7");
@@ -90,4 +96,17 @@ TEST_CASE("frame_check refuses what would crash or bloat CAF", "[frame_check]") 
     CHECK(!c.feed(bad.data(), bad.size()).empty());
     CHECK(!c.feed(good.data(), good.size()).empty());
   }
+}
+
+TEST_CASE("frame_check says when the dialer's handshake has arrived whole", "[frame_check]") {
+  const auto stream = frame(1, 40) + frame(2, 300, 0, 7, 9);
+  frame_check c;
+  for (std::size_t at = 0; at < stream.size(); ++at) {
+    CHECK(c.handshake_done() == (at >= 32 + 40));  // nothing before the handshake's last byte
+    REQUIRE(c.feed(stream.data() + at, 1).empty());
+  }
+  CHECK(c.handshake_done());
+  frame_check bad;
+  CHECK(!feed_all(bad, frame(1, 0)).empty());
+  CHECK_FALSE(bad.handshake_done());
 }
