@@ -361,7 +361,7 @@ int dial_loopback(int port, std::chrono::milliseconds wait) {
 
 }  // namespace
 
-TEST_CASE("CAF hears of a cluster connection only once its handshake has come; probes and silent ones never",
+TEST_CASE("CAF hears of a cluster connection only once its handshake has come, never of probes or silent dialers",
           "[integration][cluster]") {
   cluster_env env(1);  // connection_timeout_ms: 1000
   auto& r0 = *env.replicas[0];
