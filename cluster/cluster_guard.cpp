@@ -5,6 +5,7 @@
 #include <array>
 #include <asio.hpp>
 #include <chrono>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,11 @@ using asio::ip::tcp;
 /// each to every peer; more is a flood, and the next ones are closed at once.
 constexpr std::size_t max_links = 256;
 
+/// Connections from one address still waiting for their handshake, at most:
+/// a replica's handshake follows its connect at once, so a source holding
+/// more is a flood (or a scan), and it cannot take every link from the others.
+constexpr std::size_t max_awaiting_per_source = 8;
+
 /// "address:port" of the socket's other end, for the log.
 std::string peer_of(const tcp::socket& s) {
   asio::error_code ec;
@@ -32,7 +38,9 @@ std::string peer_of(const tcp::socket& s) {
 }  // namespace
 
 struct cluster_guard::impl {
-  std::size_t links = 0;  // before io: the links its pending handlers hold count down at its end
+  // Before io: the links its pending handlers hold count down at its end.
+  std::size_t links = 0;
+  std::map<asio::ip::address, std::size_t> awaiting;  // links before their handshake, by source
   std::chrono::milliseconds handshake_timeout{1000};
   std::chrono::steady_clock::time_point last_log{};
   tcp::endpoint inner;
@@ -52,16 +60,29 @@ struct cluster_guard::impl {
   }
 
   void accept();
+  void admit(tcp::socket s);
 };
 
 namespace {
 
 /// One connection: the dialer's (outer) and the one to CAF (inner).
 struct link : std::enable_shared_from_this<link> {
-  link(cluster_guard::impl& g, tcp::socket s) : guard(g), outer(std::move(s)), inner(g.io) {
+  link(cluster_guard::impl& g, tcp::socket s, asio::ip::address from)
+      : guard(g), outer(std::move(s)), inner(g.io), source(std::move(from)) {
     ++guard.links;
+    ++guard.awaiting[source];
   }
-  ~link() { --guard.links; }
+  ~link() {
+    --guard.links;
+    handshake_over();
+  }
+
+  /// No longer counted as awaiting its handshake (it came, or the link ended).
+  void handshake_over() {
+    if (!counted) return;
+    counted = false;
+    if (auto i = guard.awaiting.find(source); i != guard.awaiting.end() && --i->second == 0) guard.awaiting.erase(i);
+  }
 
   /// Reads the dialer's handshake before CAF hears of the connection: a
   /// probe or a scan that closes at once, or a dialer that never sends a
@@ -87,6 +108,7 @@ struct link : std::enable_shared_from_this<link> {
       self->first.insert(self->first.end(), self->up.begin(), self->up.begin() + static_cast<std::ptrdiff_t>(n));
       if (!self->check.handshake_done()) return self->read_handshake();
       self->relaying = true;
+      self->handshake_over();
       self->deadline.cancel();
       self->inner.async_connect(self->guard.inner, [self](const asio::error_code& cec) {
         if (cec) return self->close();
@@ -137,6 +159,8 @@ struct link : std::enable_shared_from_this<link> {
   cluster_guard::impl& guard;
   tcp::socket outer, inner;
   asio::steady_timer deadline{guard.io};
+  asio::ip::address source;
+  bool counted = true;                  // in guard.awaiting
   bool relaying = false;                // the handshake passed: connected (or connecting) to CAF
   std::vector<unsigned char> first;     // what came before that (the handshake, and perhaps more)
   std::string peer = peer_of(outer);
@@ -156,12 +180,21 @@ void cluster_guard::impl::accept() {
       });
       return;
     }
-    if (links >= max_links)
-      refused(peer_of(s), "over " + std::to_string(max_links) + " connections at once");
-    else
-      std::make_shared<link>(*this, std::move(s))->start();
+    admit(std::move(s));
     accept();
   });
+}
+
+void cluster_guard::impl::admit(tcp::socket s) {
+  asio::error_code ec;
+  const auto from = s.remote_endpoint(ec).address();
+  if (ec) return;  // gone already
+  if (links >= max_links)
+    return refused(peer_of(s), "over " + std::to_string(max_links) + " connections at once");
+  if (auto i = awaiting.find(from); i != awaiting.end() && i->second >= max_awaiting_per_source)
+    return refused(peer_of(s), "over " + std::to_string(max_awaiting_per_source) + " connections from " +
+                                   from.to_string() + " awaiting their handshake");
+  std::make_shared<link>(*this, std::move(s), from)->start();
 }
 
 std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& bind_addr, std::uint16_t inner_port,

@@ -8,7 +8,8 @@
 // and the replica carries on. What CAF sends back passes unchecked. With
 // cluster.tls, CAF listens itself: only holders of a certificate from the
 // cluster's CA reach it. One thread; each relayed connection holds two
-// 64 KiB buffers.
+// 64 KiB buffers. At most 256 connections at once, and 8 from one address
+// awaiting their handshake: a flood from one source leaves room for the others.
 //
 // CAF hears of a connection only once its dialer's handshake has arrived
 // whole (a CAF dialer sends it at once, without waiting for the server's).

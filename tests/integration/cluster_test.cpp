@@ -345,10 +345,15 @@ TEST_CASE("a stray connection sending frames CAF would crash on is closed, and t
 
 namespace {
 
-/// A connection to 127.0.0.1:`port` whose reads give up after `wait`.
-int dial_loopback(int port, std::chrono::milliseconds wait) {
+/// A connection to 127.0.0.1:`port` from `from` (a loopback address) whose
+/// reads give up after `wait`.
+int dial_loopback(int port, std::chrono::milliseconds wait, const char* from = "127.0.0.1") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
+  sockaddr_in me{};
+  me.sin_family = AF_INET;
+  REQUIRE(::inet_pton(AF_INET, from, &me.sin_addr) == 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me) == 0);
   sockaddr_in at{};
   at.sin_family = AF_INET;
   at.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -391,6 +396,30 @@ TEST_CASE("CAF hears of a cluster connection only once its handshake has come, n
     return occurrences(read_file(r0.proc.log_path()), "no handshake within 1000 ms") == 1;
   }, 2s));
   CHECK_FALSE(r0.proc.wait(std::chrono::milliseconds(0)).has_value());
+}
+
+TEST_CASE("connections from one address awaiting their handshake are capped at 8, and other dialers get in",
+          "[integration][cluster]") {
+  cluster_env env(1);
+  auto& r0 = *env.replicas[0];
+  std::vector<int> silent;
+  for (int i = 0; i < 8; ++i) silent.push_back(dial_loopback(r0.cluster_port, 300ms, "127.0.0.2"));
+  // The ninth from that address is closed at once, not after the time-out.
+  const int ninth = dial_loopback(r0.cluster_port, 300ms, "127.0.0.2");
+  char buf[64];
+  const auto n = ::recv(ninth, buf, sizeof buf, 0);
+  CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
+  ::close(ninth);
+  // The eight still wait (nothing to read, not closed) while another
+  // address's dialer is admitted: a replica joins.
+  for (int fd : silent) CHECK((::recv(fd, buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN));
+  env.add_replica({r0.cluster_port});
+  CHECK(env.wait_for_mesh(5s));
+  for (int fd : silent) ::close(fd);
+  CHECK(metric_value(r0.admin_port, "scg_cluster_connections_refused_total") >= 1);
+  CHECK(eventually([&] {
+    return occurrences(read_file(r0.proc.log_path()), "connections from 127.0.0.2 awaiting their handshake") == 1;
+  }, 2s));
 }
 
 namespace {
