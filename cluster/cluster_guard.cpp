@@ -28,12 +28,8 @@ constexpr std::size_t max_links = 256;
 /// more is a flood (or a scan), and it cannot take every link from the others.
 constexpr std::size_t max_awaiting_per_source = 8;
 
-/// "address:port" of the socket's other end, for the log.
-std::string peer_of(const tcp::socket& s) {
-  asio::error_code ec;
-  const auto ep = s.remote_endpoint(ec);
-  return ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
-}
+/// "address:port", for the log.
+std::string peer_of(const tcp::endpoint& ep) { return ep.address().to_string() + ":" + std::to_string(ep.port()); }
 
 }  // namespace
 
@@ -67,8 +63,8 @@ namespace {
 
 /// One connection: the dialer's (outer) and the one to CAF (inner).
 struct link : std::enable_shared_from_this<link> {
-  link(cluster_guard::impl& g, tcp::socket s, asio::ip::address from)
-      : guard(g), outer(std::move(s)), inner(g.io), source(std::move(from)) {
+  link(cluster_guard::impl& g, tcp::socket s, const tcp::endpoint& from)
+      : guard(g), outer(std::move(s)), inner(g.io), source(from.address()), peer(peer_of(from)) {
     ++guard.links;
     ++guard.awaiting[source];
   }
@@ -79,8 +75,8 @@ struct link : std::enable_shared_from_this<link> {
 
   /// No longer counted as awaiting its handshake (it came, or the link ended).
   void handshake_over() {
-    if (!counted) return;
-    counted = false;
+    if (!awaiting_handshake) return;
+    awaiting_handshake = false;
     if (auto i = guard.awaiting.find(source); i != guard.awaiting.end() && --i->second == 0) guard.awaiting.erase(i);
   }
 
@@ -90,7 +86,7 @@ struct link : std::enable_shared_from_this<link> {
   void start() {
     deadline.expires_after(guard.handshake_timeout);
     deadline.async_wait([self = shared_from_this()](const asio::error_code& ec) {
-      if (ec || self->relaying) return;
+      if (ec || !self->awaiting_handshake) return;
       self->guard.refused(self->peer, "no handshake within " + std::to_string(self->guard.handshake_timeout.count()) +
                                           " ms");
       self->close();
@@ -107,7 +103,6 @@ struct link : std::enable_shared_from_this<link> {
       }
       self->first.insert(self->first.end(), self->up.begin(), self->up.begin() + static_cast<std::ptrdiff_t>(n));
       if (!self->check.handshake_done()) return self->read_handshake();
-      self->relaying = true;
       self->handshake_over();
       self->deadline.cancel();
       self->inner.async_connect(self->guard.inner, [self](const asio::error_code& cec) {
@@ -160,10 +155,9 @@ struct link : std::enable_shared_from_this<link> {
   tcp::socket outer, inner;
   asio::steady_timer deadline{guard.io};
   asio::ip::address source;
-  bool counted = true;                  // in guard.awaiting
-  bool relaying = false;                // the handshake passed: connected (or connecting) to CAF
+  std::string peer;                     // source:port, for the log
+  bool awaiting_handshake = true;       // counted in guard.awaiting; once false, connected (or connecting) to CAF
   std::vector<unsigned char> first;     // what came before that (the handshake, and perhaps more)
-  std::string peer = peer_of(outer);
   frame_check check;
   std::array<unsigned char, 64 * 1024> up{}, down{};
 };
@@ -187,13 +181,13 @@ void cluster_guard::impl::accept() {
 
 void cluster_guard::impl::admit(tcp::socket s) {
   asio::error_code ec;
-  const auto from = s.remote_endpoint(ec).address();
+  const auto from = s.remote_endpoint(ec);
   if (ec) return;  // gone already
   if (links >= max_links)
-    return refused(peer_of(s), "over " + std::to_string(max_links) + " connections at once");
-  if (auto i = awaiting.find(from); i != awaiting.end() && i->second >= max_awaiting_per_source)
-    return refused(peer_of(s), "over " + std::to_string(max_awaiting_per_source) + " connections from " +
-                                   from.to_string() + " awaiting their handshake");
+    return refused(peer_of(from), "over " + std::to_string(max_links) + " connections at once");
+  if (auto i = awaiting.find(from.address()); i != awaiting.end() && i->second >= max_awaiting_per_source)
+    return refused(peer_of(from), "over " + std::to_string(max_awaiting_per_source) + " connections from " +
+                                      from.address().to_string() + " awaiting their handshake");
   std::make_shared<link>(*this, std::move(s), from)->start();
 }
 

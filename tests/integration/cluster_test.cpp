@@ -285,20 +285,31 @@ TEST_CASE("a process without the cluster identity cannot join or inject bindings
 
 namespace {
 
-/// Connects to 127.0.0.1:`port`, sends `bytes` and returns whether the other
-/// side closed the connection within 3 s (0 bytes read, or a reset).
-bool closed_after_sending(int port, const std::vector<unsigned char>& bytes) {
+/// A connection to 127.0.0.1:`port` from `from` (a loopback address) whose
+/// reads give up after `wait`.
+int dial_loopback(int port, std::chrono::milliseconds wait, const char* from = "127.0.0.1") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
+  sockaddr_in me{};
+  me.sin_family = AF_INET;
+  REQUIRE(::inet_pton(AF_INET, from, &me.sin_addr) == 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me) == 0);
   sockaddr_in at{};
   at.sin_family = AF_INET;
   at.sin_port = htons(static_cast<std::uint16_t>(port));
   at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval wait{3, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  timeval tv{static_cast<time_t>(wait.count() / 1000), static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  return fd;
+}
+
+/// Connects to 127.0.0.1:`port`, sends `bytes` and returns whether the other
+/// side closed the connection within 3 s (0 bytes read, or a reset).
+bool closed_after_sending(int port, const std::vector<unsigned char>& bytes) {
+  const int fd = dial_loopback(port, 3s);
   bool closed = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 &&
-      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())) {
     char buf[256];
     for (int i = 0; i < 64; ++i) {  // CAF's server handshake may come first
       const auto n = ::recv(fd, buf, sizeof buf, 0);
@@ -342,29 +353,6 @@ TEST_CASE("a stray connection sending frames CAF would crash on is closed, and t
   CHECK(eventually([&] { return listed_backend(*env.replicas[1], "after-stray") == b; }, 5s));
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_connections_refused_total") == 0);
 }
-
-namespace {
-
-/// A connection to 127.0.0.1:`port` from `from` (a loopback address) whose
-/// reads give up after `wait`.
-int dial_loopback(int port, std::chrono::milliseconds wait, const char* from = "127.0.0.1") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in me{};
-  me.sin_family = AF_INET;
-  REQUIRE(::inet_pton(AF_INET, from, &me.sin_addr) == 1);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me) == 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(static_cast<std::uint16_t>(port));
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{static_cast<time_t>(wait.count() / 1000), static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  return fd;
-}
-
-}  // namespace
 
 TEST_CASE("CAF hears of a cluster connection only once its handshake has come, never of probes or silent dialers",
           "[integration][cluster]") {
