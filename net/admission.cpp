@@ -86,8 +86,17 @@ std::optional<refusal> execution_claim::admit(forward_context& fx, rpc kind, con
       if (a->killed) return refusal{core::local_reason::reattach_of_killed, killed_message(fx, tenant, f.operation_id)};
       op_ = f.operation_id;
       started_ms_ = a->started;
+      waiting_ = a->waiting;
       return std::nullopt;
     }
+  }
+  // A command that waits (a listener bus, an awaitTermination) holds no
+  // executors: it takes no slot and has no time limit (net/wire.hpp plan_kind).
+  if (kind == rpc::execute_plan && net::waits(f.plan)) {
+    waiting_ = true;
+    started_ms_ = actors::now_ms();
+    if (cap > 0 || limits.max_execution_secs > 0) reattachable_ = reattachable();
+    return std::nullopt;
   }
   if (!fx.executions.try_take(tenant, mine)) {
     core::audit("execution.refused", {{"tenant", tenant}, {"user", f.user_id}, {"session", f.session_id},
@@ -106,7 +115,13 @@ std::optional<refusal> execution_claim::admit(forward_context& fx, rpc kind, con
 }
 
 void execution_claim::adopt(forward_context& fx, rpc kind, const std::string& op, const std::string& tenant) {
-  if (!holds_slot_ || kind != rpc::execute_plan) return;
+  if (kind != rpc::execute_plan || !op_.empty()) return;
+  if (waiting_) {
+    op_ = op;
+    fx.executions.adopt_waiting(op, tenant, started_ms_);
+    return;
+  }
+  if (!holds_slot_) return;
   holds_slot_ = false;
   op_ = op;
   fx.executions.adopt(op, tenant, started_ms_);

@@ -41,13 +41,17 @@ class execution_claim {
   /// Rate limits, then the executions bulkhead: nullopt when the call of
   /// `kind` may go on, else why not (audited). A query allowed to run keeps
   /// its slot across every reattach. ReattachExecute and ReleaseExecute
-  /// start no work and are never rate limited. `reattachable` reads the
+  /// start no work and are never rate limited. An ExecutePlan whose command
+  /// waits (`f.plan`) is rate limited but takes no slot. `reattachable` reads the
   /// ExecutePlan's request options; it is asked only when a limit applies.
   std::optional<refusal> admit(forward_context& fx, rpc kind, const request_fields& f, const std::string& tenant,
                                const std::string& request_id, const std::function<bool()>& reattachable);
 
   /// The operation's start (steady ms): max_execution_secs counts from here.
   std::int64_t started_ms() const { return started_ms_; }
+  /// The execution waits rather than computes (net/wire.hpp plan_kind, or a
+  /// reattach of such an operation): no slot, and max_execution_secs does not apply.
+  bool waits() const { return waiting_; }
   /// True while the call is a stream of a known operation.
   bool has_operation() const { return !op_.empty(); }
   bool result_complete() const { return result_complete_; }
@@ -69,6 +73,7 @@ class execution_claim {
   bool holds_slot_ = false;      // a slot taken for this call, not yet its operation's
   bool killed_ = false, result_complete_ = false;
   bool reattachable_ = true;  // a non-reattachable execution ends with its stream
+  bool waiting_ = false;      // waits rather than computes: exempt from both limits
 };
 
 }  // namespace scg::net

@@ -60,13 +60,20 @@ void execution_ledger::adopt(const std::string& op, const std::string& tenant, m
   attach_stream(o);
 }
 
+void execution_ledger::adopt_waiting(const std::string& op, const std::string& tenant, ms started) {
+  std::lock_guard lock{mu_};
+  auto [o, fresh] = open_locked(op, tenant, started);
+  if (fresh) o.waiting = true;
+  attach_stream(o);
+}
+
 std::optional<execution_ledger::attached> execution_ledger::attach(const std::string& op) {
   std::lock_guard lock{mu_};
   auto it = ops_.find(op);
   if (it == ops_.end()) return std::nullopt;
   auto& o = it->second;
   attach_stream(o);
-  return attached{o.started, o.killed};
+  return attached{o.started, o.killed, o.waiting};
 }
 
 execution_ledger::attached execution_ledger::attach_unknown(const std::string& op, const std::string& tenant,
@@ -75,7 +82,7 @@ execution_ledger::attached execution_ledger::attach_unknown(const std::string& o
   auto [o, fresh] = open_locked(op, tenant, started);
   if (fresh) o.holds_slot = take_locked(tenant, cap);
   attach_stream(o);
-  return attached{o.started, o.killed};
+  return attached{o.started, o.killed, o.waiting};
 }
 
 void execution_ledger::detach(const std::string& op, ms now) {

@@ -6,6 +6,9 @@
 // ledger keeps each operation's slot and start time from its ExecutePlan to
 // its end, so a query that was admitted keeps its slot at every reattach and
 // its time limit counts from its start, not from its latest stream.
+// An operation that waits rather than computes (a listener bus, an
+// awaitTermination: net/wire.hpp plan_kind) is known here without a slot,
+// so that its reattaches are exempt from both limits as its ExecutePlan was.
 // Pure and thread-safe (workers share it); tested in tests/unit/executions_test.cpp.
 
 #include <cstdint>
@@ -26,6 +29,7 @@ class execution_ledger {
   struct attached {
     ms started;         ///< the operation's start: its time limit counts from here
     bool killed;        ///< scg already ended it at max_execution_secs
+    bool waiting;       ///< it waits rather than computes: no slot, no time limit
   };
 
   /// Takes a slot of `tenant` for a new execution (ExecutePlan) unless `cap`
@@ -39,6 +43,11 @@ class execution_ledger {
   /// ExecutePlan sent again with its id) keeps its own slot: the caller's is
   /// given back.
   void adopt(const std::string& op, const std::string& tenant, ms started);
+
+  /// Operation `op` of `tenant`, started at `started`, waits rather than
+  /// computes: it is known, with one stream attached, but holds no slot.
+  /// An operation already known (an ExecutePlan sent again) stays as it is.
+  void adopt_waiting(const std::string& op, const std::string& tenant, ms started);
 
   /// A continuation (ReattachExecute) of `op` attaches; nullopt when this
   /// replica does not know the operation.
@@ -81,6 +90,7 @@ class execution_ledger {
     ms detached_since = 0;  // when the last stream left; 0 while attached
     bool holds_slot = false;
     bool killed = false;
+    bool waiting = false;   // no slot, no time limit (adopt_waiting)
   };
   // Called with mu_ held.
   bool take_locked(const std::string& tenant, int cap);

@@ -727,8 +727,9 @@ class forward_call final : public h2::server_stream,
     if (span_.started()) headers.push_back({"traceparent", traceparent});  // scg's span is the parent
     if (!authorization.empty()) headers.push_back({"authorization", authorization});
     auto deadline = deadline_;
-    if (is_execution(rpc_)) {
-      // An execution longer than its tenant may run is cut here, then interrupted.
+    if (is_execution(rpc_) && !execution_.waits()) {
+      // An execution longer than its tenant may run is cut here, then interrupted
+      // (one that waits rather than computes is exempt: net/admission.hpp).
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
         // Counted from the operation's start (a reattach continues it).
         const auto since_start =

@@ -14,23 +14,40 @@ using field = walked;
 /// Where an rpc's request keeps its routing fields; 0 means "not carried".
 /// Fields 1 (session_id) and 2 (user_context) are common to every request.
 struct request_layout {
-  std::uint32_t operation_id, observed, new_session_id, interrupt_type, release_all;
+  std::uint32_t operation_id, observed, new_session_id, interrupt_type, release_all, plan;
 };
 constexpr std::array<request_layout, rpc_count> request_layouts = {{
-    {6, 8, 0, 0, 0},   // ExecutePlan
-    {0, 17, 0, 0, 0},  // AnalyzePlan
-    {0, 8, 0, 0, 0},   // Config
-    {0, 7, 0, 0, 0},   // AddArtifacts
-    {0, 5, 0, 0, 0},   // ArtifactStatus
-    {6, 7, 0, 4, 0},   // Interrupt
-    {3, 6, 0, 0, 0},   // ReattachExecute
-    {3, 7, 0, 0, 5},   // ReleaseExecute
-    {0, 0, 0, 0, 0},   // ReleaseSession
-    {0, 5, 0, 0, 0},   // FetchErrorDetails
-    {0, 5, 4, 0, 0},   // CloneSession
-    {0, 4, 0, 0, 0},   // GetStatus
-    {0, 0, 0, 0, 0},   // unknown
+    {6, 8, 0, 0, 0, 3},   // ExecutePlan
+    {0, 17, 0, 0, 0, 0},  // AnalyzePlan
+    {0, 8, 0, 0, 0, 0},   // Config
+    {0, 7, 0, 0, 0, 0},   // AddArtifacts
+    {0, 5, 0, 0, 0, 0},   // ArtifactStatus
+    {6, 7, 0, 4, 0, 0},   // Interrupt
+    {3, 6, 0, 0, 0, 0},   // ReattachExecute
+    {3, 7, 0, 0, 5, 0},   // ReleaseExecute
+    {0, 0, 0, 0, 0, 0},   // ReleaseSession
+    {0, 5, 0, 0, 0, 0},   // FetchErrorDetails
+    {0, 5, 4, 0, 0, 0},   // CloneSession
+    {0, 4, 0, 0, 0, 0},   // GetStatus
+    {0, 0, 0, 0, 0, 0},   // unknown
 }};
+
+/// A member of Command's oneof (commands.proto) that may wait, and within
+/// it the field that does: `sub` 0 means the whole member waits. `keep` is
+/// the member's one field outside its own oneof (StreamingQueryCommand.query_id);
+/// every other field of it is another oneof member, which computes.
+struct waiting_member {
+  std::uint32_t command, sub, sub_type, keep;
+  plan_kind kind;
+};
+constexpr std::array<waiting_member, 5> waiting_members = {{
+    {11, 0, 0, 0, plan_kind::listener_bus},           // StreamingQueryListenerBusCommand
+    {7, 9, 2, 1, plan_kind::await_termination},       // StreamingQueryCommand.await_termination
+    {7, 6, 0, 1, plan_kind::process_all_available},   // StreamingQueryCommand.process_all_available (bool)
+    {9, 3, 2, 0, plan_kind::await_any_termination},   // StreamingQueryManagerCommand.await_any_termination
+    {19, 7, 2, 0, plan_kind::pipeline_signals},       // PipelineCommand.get_query_function_execution_signal_stream
+}};
+constexpr std::uint32_t plan_command = 2;  // Plan.command; root (1) and compressed_operation (3) compute
 
 /// Where an rpc's response keeps its routing fields; 0 means "not carried".
 struct response_layout {
@@ -83,8 +100,73 @@ step read_user_context(reader& r, const field& f, std::string& user_id, std::str
   return step::fail;
 }
 
+/// Walks the message that is field `f`'s payload in place with `on`; false
+/// when it is not a valid message (the reader then stops somewhere inside it).
+template <class Handler>
+bool walk_inside(reader& r, const field& f, std::uint64_t depth, Handler&& on) {
+  const std::size_t outer = r.limit();
+  r.set_limit(r.pos() + f.value);
+  std::string reason;  // a plan's own faults are Spark's to report
+  const bool ok = walk(r, reason, on, depth);
+  r.set_limit(outer);
+  return ok;
+}
+
+/// Classifies the Command that is field `f`'s payload. As in protobuf, the
+/// last member of a oneof wins; an unexpected field makes it `compute`.
+bool read_command(reader& r, const field& f, plan_kind& kind) {
+  return walk_inside(r, f, 2, [&](reader& r, const field& c) {
+    kind = plan_kind::compute;
+    if (c.type != 2) return step::skip;
+    const waiting_member* member = nullptr;
+    for (const auto& m : waiting_members)
+      if (m.command == c.number) {
+        member = &m;
+        break;
+      }
+    if (!member) return step::skip;
+    if (member->sub == 0) {
+      kind = member->kind;
+      return step::skip;
+    }
+    const bool ok = walk_inside(r, c, 3, [&](reader&, const field& g) {
+      if (g.number == member->keep) return step::skip;
+      kind = plan_kind::compute;
+      for (const auto& m : waiting_members)
+        if (m.command == c.number && m.sub == g.number && m.sub_type == g.type) kind = m.kind;
+      return step::skip;
+    });
+    return ok ? step::done : step::fail;
+  });
+}
+
+/// Classifies ExecutePlanRequest.plan (field `f`) and moves past it; never fails.
+step read_plan(reader& r, const field& f, plan_kind& kind) {
+  const std::size_t end = r.pos() + f.value;
+  plan_kind found = plan_kind::compute;
+  const bool ok = walk_inside(r, f, 1, [&](reader& r, const field& p) {
+    found = plan_kind::compute;
+    if (p.number != plan_command || p.type != 2) return step::skip;
+    return read_command(r, p, found) ? step::done : step::fail;
+  });
+  kind = ok ? found : plan_kind::compute;
+  if (r.pos() < end) r.skip(end - r.pos());
+  return step::done;
+}
+
 }  // namespace
 
+std::string_view plan_kind_name(plan_kind k) {
+  switch (k) {
+    case plan_kind::compute: return "compute";
+    case plan_kind::listener_bus: return "listener_bus";
+    case plan_kind::await_termination: return "await_termination";
+    case plan_kind::process_all_available: return "process_all_available";
+    case plan_kind::await_any_termination: return "await_any_termination";
+    case plan_kind::pipeline_signals: return "pipeline_signals";
+  }
+  return "compute";
+}
 
 scan_result scan_request(rpc r, const segments& msg, request_fields& out) {
   out.session_id.clear();
@@ -94,6 +176,7 @@ scan_result scan_request(rpc r, const segments& msg, request_fields& out) {
   out.new_session_id.clear();
   out.interrupt_type = 0;
   out.release_all = false;
+  out.plan = plan_kind::compute;
   const request_layout& l = request_layouts[rpc_index(r)];
   scan_result res;
   reader rd(msg.data(), msg.size());
@@ -113,6 +196,7 @@ scan_result scan_request(rpc r, const segments& msg, request_fields& out) {
     if (f.number == l.new_session_id)
       return read_id(rd, f, "new_session_id", out.new_session_id, why);
     if (f.number == l.release_all) out.release_all = true;
+    if (f.number == l.plan) return read_plan(rd, f, out.plan);
     return step::skip;
   };
   res.ok = walk(rd, res.reason, on);

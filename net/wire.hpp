@@ -27,6 +27,26 @@ using core::service_prefix;
 using segment = core::protowire::segment;
 using segments = std::vector<segment>;
 
+/// What an ExecutePlan asks of its server, as far as scg's execution limits
+/// care: to compute, or to wait for something else to happen. A waiting
+/// execution holds no executors while it waits, so it is exempt from
+/// limits.max_executions and max_execution_secs (docs/multitenancy.md).
+/// Read from ExecutePlanRequest.plan (3) → Plan.command (2) → Command's
+/// oneof (commands.proto); the comments give each kind's field path.
+enum class plan_kind : std::uint8_t {
+  compute,                ///< a relation, every other command, a compressed or unread plan
+  listener_bus,           ///< streaming_query_listener_bus_command (11): listener events stream
+  await_termination,      ///< streaming_query_command (7) → await_termination (9)
+  process_all_available,  ///< streaming_query_command (7) → process_all_available (6)
+  await_any_termination,  ///< streaming_query_manager_command (9) → await_any_termination (3)
+  pipeline_signals,       ///< pipeline_command (19) → get_query_function_execution_signal_stream (7)
+};
+
+/// True for the kinds that wait rather than compute.
+inline bool waits(plan_kind k) { return k != plan_kind::compute; }
+/// snake_case name of `k`.
+std::string_view plan_kind_name(plan_kind k);
+
 /// Routing fields of a request. Empty strings when absent.
 struct request_fields {
   std::string session_id;
@@ -36,6 +56,7 @@ struct request_fields {
   std::string new_session_id;          ///< CloneSession 4
   std::uint64_t interrupt_type = 0;    ///< Interrupt 4
   bool release_all = false;            ///< ReleaseExecute 5 present
+  plan_kind plan = plan_kind::compute; ///< ExecutePlan 3, classified (never fails a scan)
 };
 
 /// Routing fields of a response. Empty strings when absent.
@@ -61,6 +82,9 @@ inline constexpr std::size_t max_id_bytes = 1024;
 /// Walks the whole top-level message (and user_context) checking the wire
 /// format, and fills `out` with the fields `r`'s request carries. For
 /// `unknown`, only fields 1 (session_id) and 2 (user_context) are read.
+/// An ExecutePlan's plan is classified by walking only the few nested fields
+/// plan_kind names (everything else skipped by its length); bytes inside the
+/// plan that are not what it expects make it `compute`, never a failure.
 /// Fails on malformed wire data or a routing id longer than max_id_bytes.
 scan_result scan_request(rpc r, const segments& msg, request_fields& out);
 

@@ -80,3 +80,43 @@ TEST_CASE("two streams of one operation: it is detached only when both left", "[
   l.detach("op", 20);
   CHECK(l.expire(1000000, 1) == 1);
 }
+
+TEST_CASE("a waiting operation holds no slot and its reattach learns that it waits", "[executions]") {
+  execution_ledger l;
+  l.adopt_waiting("bus", "t", 100);
+  CHECK(l.in_use("t") == 0);
+  CHECK(l.try_take("t", 1));  // a computing execution still gets the tenant's one slot
+  l.detach("bus", 2000);      // the server cut the listener's stream
+  auto a = l.attach("bus");
+  REQUIRE(a);
+  CHECK(a->waiting);
+  CHECK(a->started == 100);
+  CHECK_FALSE(a->killed);
+  l.finish("bus");
+  CHECK(l.in_use("t") == 1);  // the computing one's slot is untouched
+  CHECK_FALSE(l.attach("bus"));
+}
+
+TEST_CASE("an operation known as computing stays so when an ExecutePlan says it waits", "[executions]") {
+  execution_ledger l;
+  REQUIRE(l.try_take("t", 1));
+  l.adopt("op", "t", 10);
+  l.adopt_waiting("op", "t", 20);
+  auto a = l.attach("op");
+  REQUIRE(a);
+  CHECK_FALSE(a->waiting);
+  CHECK(a->started == 10);
+  CHECK(l.in_use("t") == 1);
+  l.finish("op");
+  CHECK(l.in_use("t") == 0);
+}
+
+TEST_CASE("a detached waiting operation expires like any other, freeing nothing", "[executions]") {
+  execution_ledger l;
+  l.adopt_waiting("bus", "t", 0);
+  l.detach("bus", 50);
+  CHECK(l.live_ops(0).size() == 1);
+  CHECK(l.expire(50 + 300, 300) == 1);
+  CHECK(l.size() == 0);
+  CHECK(l.in_use("t") == 0);
+}

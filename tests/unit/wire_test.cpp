@@ -475,3 +475,125 @@ TEST_CASE("random bytes never crash the scanner", "[wire]") {
   }
   CHECK(ok > 0);
 }
+
+// --- ExecutePlan commands that wait rather than compute (plan_kind) -------------------
+
+namespace {
+
+/// An ExecutePlanRequest whose plan (3) is `plan`, with an operation id after it.
+enc execute_with_plan(const enc& plan) {
+  return enc{}.str(1, "s").msg(2, user("u")).msg(3, plan).str(6, "op-after");
+}
+
+/// Plan.command (2) holding `command`.
+enc command_plan(const enc& command) { return enc{}.msg(2, command); }
+
+/// Command's member `field` holding `member`.
+enc command(std::uint64_t field, const enc& member) { return enc{}.msg(field, member); }
+
+/// A StreamingQueryCommand: its query_id (1), then `rest`.
+enc query_command(const enc& rest) {
+  enc e = enc{}.msg(1, enc{}.str(1, "query-id").str(2, "run-id"));
+  e.b.insert(e.b.end(), rest.b.begin(), rest.b.end());
+  return e;
+}
+
+plan_kind kind_of(const enc& plan) {
+  auto f = scan_req(rpc::execute_plan, execute_with_plan(plan));
+  CHECK(f.operation_id == "op-after");  // the plan was walked over whole
+  return f.plan;
+}
+
+}  // namespace
+
+TEST_CASE("the listener bus command waits, whether it adds or removes the listener", "[wire]") {
+  CHECK(kind_of(command_plan(command(11, enc{}.varint(1, 1)))) == plan_kind::listener_bus);
+  CHECK(kind_of(command_plan(command(11, enc{}.varint(2, 1)))) == plan_kind::listener_bus);
+  CHECK(waits(plan_kind::listener_bus));
+  CHECK(plan_kind_name(plan_kind::listener_bus) == "listener_bus");
+}
+
+TEST_CASE("awaitTermination and processAllAvailable wait, the other query commands compute", "[wire]") {
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.msg(9, enc{}.varint(2, 5000)))))) ==
+        plan_kind::await_termination);
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.msg(9, enc{}))))) == plan_kind::await_termination);
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.varint(6, 1))))) ==
+        plan_kind::process_all_available);
+  for (std::uint64_t other : {2, 3, 4, 5, 8})  // status, lastProgress, recentProgress, stop, exception
+    CHECK(kind_of(command_plan(command(7, query_command(enc{}.varint(other, 1))))) == plan_kind::compute);
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.msg(7, enc{}.varint(1, 1)))))) ==
+        plan_kind::compute);  // explain
+  CHECK(kind_of(command_plan(command(7, query_command(enc{})))) == plan_kind::compute);  // no command at all
+}
+
+TEST_CASE("awaitAnyTermination waits, the other query manager commands compute", "[wire]") {
+  CHECK(kind_of(command_plan(command(9, enc{}.msg(3, enc{}.varint(1, 100))))) ==
+        plan_kind::await_any_termination);
+  CHECK(kind_of(command_plan(command(9, enc{}.varint(1, 1)))) == plan_kind::compute);     // active
+  CHECK(kind_of(command_plan(command(9, enc{}.str(2, "id")))) == plan_kind::compute);     // get
+  CHECK(kind_of(command_plan(command(9, enc{}.msg(5, enc{}.str(3, "l"))))) == plan_kind::compute);  // addListener
+}
+
+TEST_CASE("a pipeline's signal stream waits, its run computes", "[wire]") {
+  CHECK(kind_of(command_plan(command(19, enc{}.msg(7, enc{}.str(1, "graph").str(2, "client"))))) ==
+        plan_kind::pipeline_signals);
+  CHECK(kind_of(command_plan(command(19, enc{}.msg(5, enc{}.str(1, "graph"))))) == plan_kind::compute);
+}
+
+TEST_CASE("a relation, a compressed plan and every other command compute", "[wire]") {
+  CHECK(kind_of(enc{}.msg(1, enc{}.msg(1, enc{}.varint(1, 7)))) == plan_kind::compute);  // root
+  CHECK(kind_of(enc{}.msg(3, enc{}.str(1, "zstd bytes").varint(2, 2))) == plan_kind::compute);
+  for (std::uint64_t member : {1, 2, 3, 4, 5, 6, 8, 10, 12, 13, 14, 15, 16, 17, 18, 999})
+    CHECK(kind_of(command_plan(command(member, enc{}.varint(1, 1)))) == plan_kind::compute);
+  CHECK(kind_of(enc{}) == plan_kind::compute);
+  CHECK(scan_req(rpc::execute_plan, sample_execute()).plan == plan_kind::compute);
+}
+
+TEST_CASE("the last member of each oneof decides, as protobuf reads it", "[wire]") {
+  const enc bus = command(11, enc{}.varint(1, 1));
+  enc bus_then_root = command_plan(bus);
+  bus_then_root.msg(1, enc{}.varint(1, 1));
+  CHECK(kind_of(bus_then_root) == plan_kind::compute);
+  enc root_then_bus = enc{}.msg(1, enc{}.varint(1, 1));
+  root_then_bus.msg(2, bus);
+  CHECK(kind_of(root_then_bus) == plan_kind::listener_bus);
+  enc bus_then_sql = bus;
+  bus_then_sql.msg(5, enc{}.str(1, "select 1"));
+  CHECK(kind_of(command_plan(bus_then_sql)) == plan_kind::compute);
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.msg(9, enc{}).varint(2, 1))))) == plan_kind::compute);
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.varint(2, 1).msg(9, enc{}))))) ==
+        plan_kind::await_termination);
+}
+
+TEST_CASE("a waiting field of another wire type, or in another rpc, does not wait", "[wire]") {
+  CHECK(kind_of(command_plan(command(7, query_command(enc{}.str(6, "x"))))) == plan_kind::compute);
+  CHECK(kind_of(command_plan(command(9, enc{}.varint(3, 1)))) == plan_kind::compute);
+  CHECK(kind_of(command_plan(enc{}.varint(11, 1))) == plan_kind::compute);
+  CHECK(kind_of(enc{}.varint(2, 1)) == plan_kind::compute);
+  const enc plan = command_plan(command(11, enc{}.varint(1, 1)));
+  for (rpc r : {rpc::analyze_plan, rpc::config, rpc::reattach_execute, rpc::unknown})
+    CHECK(scan_req(r, enc{}.msg(3, plan)).plan == plan_kind::compute);
+}
+
+TEST_CASE("a plan that is not a valid message computes and the request still scans", "[wire]") {
+  // Inside the plan: a truncated field, an unmatched end-group, a bad wire type, a
+  // truncated varint after a listener bus command.
+  for (auto inner : {bytes{0x12, 0x05, 0x5a}, bytes{0x12, 0x02, 0x5c, 0x00}, bytes{0x12, 0x02, 0x5f, 0x01},
+                     bytes{0x12, 0x04, 0x5a, 0x00, 0x08, 0x80}}) {
+    enc plan;
+    plan.b = inner;
+    auto f = scan_req(rpc::execute_plan, execute_with_plan(plan));
+    CHECK(f.plan == plan_kind::compute);
+    CHECK(f.operation_id == "op-after");
+  }
+}
+
+TEST_CASE("a waiting plan split at any byte boundary is read the same", "[wire]") {
+  const bytes b = execute_with_plan(command_plan(command(7, query_command(enc{}.msg(9, enc{}.varint(2, 9)))))).b;
+  for (std::size_t i = 0; i <= b.size(); ++i) {
+    request_fields f;
+    REQUIRE(scan_request(rpc::execute_plan, split(b, {i}), f).ok);
+    CHECK(f.plan == plan_kind::await_termination);
+    CHECK(f.operation_id == "op-after");
+  }
+}
