@@ -4,7 +4,10 @@
 # from a terminal) the gateway stays up for your own client until Ctrl-C.
 #   SCG_DEMO_PORT (default 15003), SCG_DEMO_ADMIN_PORT (default 9090)
 #   --spark: the same walkthrough on two real Spark 4.3 Connect servers with a
-#            PySpark client (tests/realspark/demo.py)
+#            PySpark client (tests/realspark/demo.py; the test
+#            realspark.demo_spark runs it without a terminal)
+# Without a terminal on stdin (a script, CI) either kind stops everything it
+# started and exits after the walkthrough.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

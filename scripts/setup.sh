@@ -18,16 +18,16 @@ packages=(
   libcaf-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libasio-dev libssl-dev libjemalloc-dev libnghttp2-dev zlib1g-dev
-  curl procps iproute2 python3 python3-yaml openssl
+  curl nghttp2-client procps iproute2 python3 python3-yaml openssl
   chromium prometheus
   openjdk-17-jre-headless openjdk-17-jdk-headless python3-venv
   golang-go golang-github-masterminds-sprig-dev
 )
 
-# Bench only: nginx and HAProxy to compare scg with, h2load as a second load
-# generator. bench.sh runs its own instances from its temp dir; it needs no
-# system service.
-bench_packages=(nginx-light haproxy nghttp2-client)
+# Bench only: nginx and HAProxy to compare scg with (h2load, the second load
+# generator, comes with nghttp2-client above, which the raw HTTP/2 tests use).
+# bench.sh runs its own instances from its temp dir; it needs no system service.
+bench_packages=(nginx-light haproxy)
 
 case "${1:-}" in
   "") ;;

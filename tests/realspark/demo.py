@@ -4,8 +4,10 @@ Starts two Spark 4.3 Connect servers (local mode, each requiring a token it got
 through its environment), one scg replica in front of them, and a PySpark
 client that opens four sessions, each keeping a temp view and a conf across
 calls and running a query that outlives the servers' 3-second stream duration
-(so it is reattached through scg). Prints which server held each session and
-scg's view of the backends; with a terminal, keeps running until Ctrl-C.
+(so it is reattached through scg). Prints which server held each session
+before and after its queries and scg's view of the backends; with a terminal
+on stdin it keeps running until Ctrl-C, without one (a script, CI, the
+realspark.demo_spark test) it stops everything it started and exits.
 """
 
 import json
@@ -42,28 +44,41 @@ def main() -> None:
     for i, s in enumerate(sessions):
         s.sql(f"create or replace temp view mine as select {i} as n")
         s.conf.set("spark.sql.shuffle.partitions", str(10 + i))
-    where = {r["session_id"]: r["backend"] for r in scg.get("/api/v1/sessions?limit=100")["sessions"]}
-    for i, s in enumerate(sessions):
+
+    def where():
+        return {r["session_id"]: r["backend"] for r in scg.get("/api/v1/sessions?limit=100")["sessions"]}
+    first = where()
+    results = []
+    for s in sessions:
         n = s.sql("select n from mine").collect()[0].n
         slept = s.sql("select reflect('java.lang.Thread', 'sleep', cast(5000 as bigint)) as z, 'done' as d").collect()
-        print(f"  session {i}: server {where.get(s.client._session_id, '?')}, its view says {n}, "
-              f"conf {s.conf.get('spark.sql.shuffle.partitions')}, long query {slept[0].d}")
+        results.append((n, s.conf.get("spark.sql.shuffle.partitions"), slept[0].d))
+    last = where()
+    for i, (s, (n, conf, d)) in enumerate(zip(sessions, results)):
+        a, b = first.get(s.client._session_id, "?"), last.get(s.client._session_id, "?")
+        held = f"stayed on {a}" if a == b else f"moved from {a} to {b}"
+        print(f"  session {i}: {held}, its view says {n}, conf {conf}, long query {d}")
     reattached = scg.metric("scg_forward_rpcs_total", {"rpc": "ReattachExecute", "code": "OK"})
     print(f"\nReattachExecute calls scg forwarded: {reattached:.0f}")
     print(f"\nBackends as scg sees them (GET http://127.0.0.1:{scg.admin}/api/v1/backends):")
     print(json.dumps(scg.get("/api/v1/backends"), indent=1))
     for s in sessions:
         s.stop()
-    print(f"\nConnect your own client: SparkSession.builder.remote(\"sc://127.0.0.1:{scg.grpc}\").getOrCreate()")
+    print(f"Logs in {work}.")
     if sys.stdin.isatty():
-        print(f"Logs in {work}. Press Ctrl-C to stop.")
+        print(f"\nConnect your own client: SparkSession.builder.remote(\"sc://127.0.0.1:{scg.grpc}\").getOrCreate()")
+        print("Press Ctrl-C to stop.")
         try:
             while True:
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+    else:
+        print("No terminal on stdin: stopping scg and the Spark servers.")
     lab._reap_children()
 
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # PySpark's release threads must not hold the process

@@ -2,7 +2,8 @@
 
   servers.py start   starts two Spark 4.3 servers and one Spark 4.0 server,
                      every one requiring the same token, and writes
-                     build/realspark/servers.json once all accept connections
+                     build/realspark/servers.json once each listens on the
+                     gRPC and UI ports it was given (sparklab.wait_spark_ready)
   servers.py stop    kills them by pid (and any left by an earlier run)
 
 Scenarios that kill or freeze a server start their own instead.
@@ -38,17 +39,17 @@ def start() -> None:
     token = secrets.token_urlsafe(24)
     t0 = time.monotonic()
     servers = [lab.start_spark(name, version, work, token) for name, version in SET]
-    # From here the fixture owns the servers: the atexit reaper must not take them.
-    lab._children.clear()
     try:
         for s in servers:
-            lab.wait_spark_ready(s, timeout=180)
+            lab.wait_spark_ready(s, timeout=180)  # restarts one that lost a port to another process
     except AssertionError:
         for s in servers:
             lab.kill_tree(s["pid"])
         raise
-    for s in servers:
-        s.pop("popen")
+    # From here the fixture owns the servers: the atexit reaper must not take them.
+    lab._children.clear()
+    lab._groups.clear()
+    servers = [lab.description(s) for s in servers]
     lab.SERVERS_JSON.write_text(json.dumps({"token": token, "servers": servers}, indent=1))
     print(f"realspark servers up in {time.monotonic() - t0:.1f} s: " +
           ", ".join(f"{s['name']} (Spark {s['version']}) :{s['grpc']} ui :{s['ui']}" for s in servers))

@@ -1,8 +1,12 @@
 """Real Spark Connect servers and scg replicas on loopback, for the real-Spark tier.
 
 Every process this module starts is recorded by pid and killed at exit (and the
-shared servers by `servers.py stop`). Ports come from the kernel (port 0 where
-the program takes it, else a free port found by binding and releasing it).
+shared servers by `servers.py stop`). Ports come from the kernel: port 0 where
+the program takes it (scg), else a free port found by binding and releasing
+it, which another process may take before the program binds it; a Spark
+server is therefore checked to listen on the ports it was given and started
+again on fresh ones when it does not (wait_spark_ready), and so is a
+standalone master (start_standalone).
 
 The shared server set (started once per ctest run by `servers.py start`) is
 described in build/realspark/servers.json:
@@ -78,7 +82,9 @@ def free_port() -> int:
 
 
 def wait_for(what: str, pred, timeout: float, interval: float = 0.2):
-    """Polls pred() until it returns a truthy value; fails naming `what`."""
+    """Polls pred() until it returns a truthy value; fails naming `what`. An
+    exception from pred() counts as "not yet", except an AssertionError, which
+    ends the wait at once (pred saw that the awaited thing will never come)."""
     deadline = time.monotonic() + timeout
     last_exc = None
     while time.monotonic() < deadline:
@@ -86,17 +92,13 @@ def wait_for(what: str, pred, timeout: float, interval: float = 0.2):
             v = pred()
             if v:
                 return v
+        except AssertionError:
+            raise
         except Exception as e:  # noqa: BLE001 - kept for the failure message
             last_exc = e
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" +
                          (f" (last error: {last_exc})" if last_exc else ""))
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def spark_home(version: str) -> Path:
@@ -111,19 +113,61 @@ def venv_python(version: str) -> str:
 # --- Spark Connect servers -----------------------------------------------------------
 
 
+def listening_ports(pgid: int) -> set[int]:
+    """The TCP ports that processes of process group `pgid` listen on (from
+    /proc: the group's socket inodes matched against the LISTEN sockets)."""
+    inodes = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for fd in (proc / "fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class _PortTaken(AssertionError):
+    """The server did not get a port it was given (another process had it)."""
+
+
+SPARK_START_ATTEMPTS = 3
+
+
 def start_spark(name: str, version: str, workdir: Path, token: str | None,
                 conf: dict | None = None, heap: str = "512m", master: str = "local[2]") -> dict:
-    """Starts a Spark Connect server in local mode; returns its description once
-    its gRPC port accepts connections. The token goes in through the
-    environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), never on the command line
-    or in SparkConf (docs/security.md says why)."""
+    """Starts a Spark Connect server in local mode on two free ports (gRPC and
+    UI, both passed explicitly); returns its description at once, and
+    wait_spark_ready waits until it listens on both. The token goes in through
+    the environment (SPARK_CONNECT_AUTHENTICATE_TOKEN), never on the command
+    line or in SparkConf (docs/security.md says why)."""
+    server = {"name": name, "version": version, "home": str(spark_home(version)),
+              "log": str(workdir / f"{name}.log")}
+    server["launch"] = lambda: _launch_spark(server, workdir, token, conf, heap, master)
+    server["launch"]()
+    return server
+
+
+def _launch_spark(server: dict, workdir: Path, token: str | None, conf: dict | None, heap: str,
+                  master: str) -> None:
+    name, home = server["name"], Path(server["home"])
     grpc_port, ui_port = free_port(), free_port()
-    home = spark_home(version)
-    log = workdir / f"{name}.log"
     env = dict(os.environ)
     env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": str(workdir), "SPARK_CONF_DIR": str(workdir / f"{name}-conf"),
-                "PYSPARK_PYTHON": venv_python(version)})
+                "PYSPARK_PYTHON": venv_python(server["version"])})
     env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
     if token:
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
@@ -139,47 +183,74 @@ def start_spark(name: str, version: str, workdir: Path, token: str | None,
             "--driver-java-options", "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1"]
     for k, v in settings.items():
         argv += ["--conf", f"{k}={v}"]
-    out = open(log, "ab")
+    out = open(server["log"], "ab")
+    log_from = out.tell()
     p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir,
                          start_new_session=True)
     _children.append(p)
-    return {"name": name, "version": version, "grpc": grpc_port, "ui": ui_port, "pid": p.pid,
-            "home": str(home), "log": str(log), "popen": p}
+    _groups.append(p.pid)  # its Python workers too
+    server.update({"grpc": int(settings["spark.connect.grpc.binding.port"]), "ui": int(settings["spark.ui.port"]),
+                   "ui_enabled": settings["spark.ui.enabled"] == "true", "pid": p.pid, "popen": p,
+                   "log_from": log_from})
+
+
+def description(server: dict) -> dict:
+    """What servers.json keeps of a server (no process handle, no launcher)."""
+    return {k: v for k, v in server.items() if k not in ("popen", "launch", "log_from", "ui_enabled")}
 
 
 def start_standalone(version: str, workdir: Path, cores: int = 2) -> dict:
     """A Spark standalone cluster on loopback: one master and one worker
     (`cores` cores, 1 GiB for executors), daemons on 256 MiB heaps. Returns
     {"url": "spark://127.0.0.1:PORT", "master_ui", "pids"} once the worker has
-    registered."""
+    registered. A master that did not get its ports (Spark moves to the next
+    port when one is taken) is started again on fresh ones."""
     home = spark_home(version)
-    port, master_ui, worker_ui = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
                 "SPARK_LOG_DIR": str(workdir), "SPARK_WORKER_DIR": str(workdir / "worker"),
                 "SPARK_CONF_DIR": str(workdir / "standalone-conf")})
     (workdir / "standalone-conf").mkdir(parents=True, exist_ok=True)
-    url = f"spark://127.0.0.1:{port}"
-    daemons = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                           "--webui-port", str(master_ui)]),
-               ("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
-                           str(worker_ui), "--cores", str(cores), "--memory", "1g", url])]
-    pids = []
-    for name, args in daemons:
+
+    def daemon(name: str, args: list) -> subprocess.Popen:
         out = open(workdir / f"standalone-{name}.log", "ab")
         p = subprocess.Popen([str(home / "bin" / "spark-class"), *args], stdout=out, stderr=subprocess.STDOUT,
                              env=env, cwd=workdir, start_new_session=True)
         _children.append(p)
         _groups.append(p.pid)
-        pids.append(p.pid)
-        if name == "master":
-            wait_for("the standalone master", lambda: port_open(port), 60, 0.3)
+        return p
+
+    for attempt in range(1, SPARK_START_ATTEMPTS + 1):
+        port, master_ui = free_port(), free_port()
+        log = workdir / "standalone-master.log"
+        log_from = log.stat().st_size if log.exists() else 0
+        master = daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                   "--port", str(port), "--webui-port", str(master_ui)])
+
+        def listening():
+            if master.poll() is not None:
+                raise _PortTaken(f"exited with {master.returncode}")
+            with open(log, "rb") as f:
+                f.seek(log_from)
+                if b"could not bind on port" in f.read():
+                    raise _PortTaken("moved off a port it was given")
+            return {port, master_ui} <= listening_ports(master.pid)
+        try:
+            wait_for(f"the standalone master on :{port} (UI :{master_ui})", listening, 60, 0.3)
+            break
+        except _PortTaken as e:
+            kill_tree(master.pid)
+            if attempt == SPARK_START_ATTEMPTS:
+                raise AssertionError(f"the standalone master {e}, {attempt} times; log: {log}") from None
+    url = f"spark://127.0.0.1:{port}"
+    worker = daemon("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port", "0",
+                               "--cores", str(cores), "--memory", "1g", url])
 
     def registered():
         with urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=3) as r:
             return len(json.loads(r.read()).get("workers", [])) >= 1
     wait_for("the standalone worker to register", lambda: _quiet(registered), 60, 0.5)
-    return {"url": url, "master_ui": master_ui, "pids": pids}
+    return {"url": url, "master_ui": master_ui, "pids": [master.pid, worker.pid]}
 
 
 def _quiet(pred):
@@ -190,13 +261,44 @@ def _quiet(pred):
 
 
 def wait_spark_ready(server: dict, timeout: float = 120) -> None:
-    def ready():
-        p = server.get("popen")
-        if p is not None and p.poll() is not None:
-            raise AssertionError(f"Spark server {server['name']} exited with {p.returncode}; "
-                                 f"log: {server['log']}\n{tail(server['log'])}")
-        return port_open(server["grpc"])
-    wait_for(f"Spark server {server['name']} on :{server['grpc']}", ready, timeout, 0.5)
+    """Waits until the server's own process listens on the gRPC port and the
+    UI port it was given. Spark moves its UI to the next free port without
+    failing when the port is taken (and the gRPC port may be bound by someone
+    else), so a port that answers is not enough: the listening sockets must be
+    the server's. A server that lost a port is restarted on fresh ports, at
+    most SPARK_START_ATTEMPTS times in all."""
+    for attempt in range(1, SPARK_START_ATTEMPTS + 1):
+        def ready():
+            p = server["popen"]
+            with open(server["log"], "rb") as f:
+                f.seek(server["log_from"])
+                log = f.read().decode(errors="replace")
+            bind_failed = "Address already in use" in log or "BindException" in log
+            if p.poll() is not None:
+                if bind_failed:
+                    raise _PortTaken(f"exited with {p.returncode}: a port was taken")
+                raise AssertionError(f"Spark server {server['name']} exited with {p.returncode}; "
+                                     f"log: {server['log']}\n{tail(server['log'])}")
+            mine = listening_ports(server["pid"])
+            if server["grpc"] not in mine:
+                if bind_failed:
+                    raise _PortTaken(f"could not bind :{server['grpc']}")
+                return False
+            # The UI binds before the Connect service starts: by now it listens, or moved.
+            if server["ui_enabled"] and server["ui"] not in mine:
+                raise _PortTaken(f"has no UI on :{server['ui']} (it listens on {sorted(mine)})")
+            return True
+        try:
+            wait_for(f"Spark server {server['name']} on :{server['grpc']} (UI :{server['ui']})", ready, timeout, 0.5)
+            return
+        except _PortTaken as e:
+            if attempt == SPARK_START_ATTEMPTS:
+                raise AssertionError(f"Spark server {server['name']}: {e}, {attempt} times") from None
+            print(f"  Spark server {server['name']} {e}; starting it again on fresh ports", flush=True)
+            kill_tree(server["pid"])
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server["popen"].wait(timeout=10)
+            server["launch"]()
 
 
 def tail(path: str, lines: int = 30) -> str:

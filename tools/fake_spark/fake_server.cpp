@@ -44,16 +44,27 @@ void pack_deterministic(const google::protobuf::Message& m, google::protobuf::An
   any->set_value(std::move(bytes));
 }
 
-/// A status in Spark's shape: message "[class] text", and google.rpc.Status details
-/// carrying an ErrorInfo that names the class and this backend (plus RetryInfo if asked).
+/// A status in Spark's shape (its ErrorUtils): message "[class] text SQLSTATE: state",
+/// and google.rpc.Status details carrying an ErrorInfo with reason = the Java
+/// exception class, metadata classes / errorClass / messageParameters / sqlState,
+/// plus `backend` (the emulator's own, so tests see which server answered), and
+/// RetryInfo if asked.
 grpc::Status spark_status(grpc::StatusCode code, const spark_error& error,
                           const std::string& backend, bool with_retry_info) {
-  const std::string message = "[" + error.error_class + "] " + error.text;
+  std::string message = "[" + error.error_class + "] " + error.text;
+  if (!error.sql_state.empty()) message += " SQLSTATE: " + error.sql_state;
+  const bool spark_class = error.error_class.rfind("FAKE.", 0) != 0;
   google::rpc::ErrorInfo info;
-  info.set_reason(error.error_class);
+  info.set_reason(spark_class ? "org.apache.spark.SparkSQLException" : error.error_class);
   info.set_domain("org.apache.spark");
-  (*info.mutable_metadata())["errorClass"] = error.error_class;
-  (*info.mutable_metadata())["backend"] = backend;
+  auto& metadata = *info.mutable_metadata();
+  if (spark_class)
+    metadata["classes"] =
+        R"(["org.apache.spark.SparkSQLException","java.sql.SQLException","java.lang.Exception","java.lang.Throwable"])";
+  metadata["errorClass"] = error.error_class;
+  metadata["messageParameters"] = nlohmann::json(error.parameters).dump();
+  if (!error.sql_state.empty()) metadata["sqlState"] = error.sql_state;
+  metadata["backend"] = backend;
   google::rpc::Status details;
   details.set_code(code);
   details.set_message(message);
@@ -138,7 +149,7 @@ call_prologue begin_call(CallbackServerContext& ctx, fake_state& state, const st
   if (code && *code > 0 && *code <= grpc::StatusCode::UNAUTHENTICATED) {
     state.count_error("FAKE.INJECTED");
     call.failure = spark_status(static_cast<grpc::StatusCode>(*code),
-                                {"FAKE.INJECTED", "injected failure"}, state.name(), true);
+                                {"FAKE.INJECTED", "injected failure", "", {}}, state.name(), true);
   }
   return call;
 }
@@ -216,7 +227,10 @@ class result_stream_reactor final : public result_writer {
     cancelled_ = true;
     state_.count_stream_cancelled();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    state_.stream_ended(key_, cursor_.op_id, cursor_.stream);
+    delete this;
+  }
 
  private:
   bool all_sent() const { return next_index_ >= cursor_.shape.total(); }
@@ -421,7 +435,14 @@ class echo_service final : public grpc::CallbackGenericService {
 
 // ------------------------------------------------------------- the service
 
-enum class session_use { create, existing };
+enum class session_use { create, existing, existing_unobserved };
+
+/// Whether the client asked for a reattachable execution (PySpark does by default).
+bool reattachable(const sc::ExecutePlanRequest& request) {
+  for (const auto& option : request.request_options())
+    if (option.has_reattach_options() && option.reattach_options().reattachable()) return true;
+  return false;
+}
 
 class spark_service final : public sc::SparkConnectService::CallbackService {
  public:
@@ -440,7 +461,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
                              call.knobs.delay_ms.value_or(defaults_.delay_ms),
                              call.knobs.stream_max.value_or(defaults_.stream_max_responses),
                              call.knobs.rows_per_batch.value_or(defaults_.rows_per_batch),
-                             call.knobs.metrics.value_or(defaults_.metrics) != 0};
+                             call.knobs.metrics.value_or(defaults_.metrics) != 0,
+                             reattachable(*request)};
     // Clients that do not choose an operation id learn the generated one from the stream.
     const std::string op_id =
         request->operation_id().empty() ? random_uuid() : request->operation_id();
@@ -544,7 +566,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
   grpc::ServerUnaryReactor* ReleaseExecute(CallbackServerContext* ctx,
                                            const sc::ReleaseExecuteRequest* request,
                                            sc::ReleaseExecuteResponse* response) override {
-    return unary(ctx, "ReleaseExecute", *request, *response, session_use::existing,
+    // Spark does not compare the observed server-side session id here.
+    return unary(ctx, "ReleaseExecute", *request, *response, session_use::existing_unobserved,
                  [&](session_state& session) -> maybe_error {
                    std::optional<std::string> until;
                    if (request->has_release_until()) until = request->release_until().response_id();
@@ -560,7 +583,7 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     auto call = begin_call(*ctx, state_, "ReleaseSession");
     if (call.failure) return reply(ctx, *call.failure);
     // Releasing an unknown session is fine: there is nothing left to clean up.
-    auto removed = state_.remove_session(key_of(*request));
+    auto removed = state_.remove_session(key_of(*request), request->allow_reconnect());
     response->set_session_id(request->session_id());
     if (removed) response->set_server_side_session_id(*removed);
     return reply(ctx, grpc::Status::OK);
@@ -626,7 +649,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
     auto call = begin_call(*ctx, state_, method);
     if (call.failure) return reply(ctx, *call.failure);
     ctx->AddInitialMetadata("x-fake-user", request.user_context().user_id());
-    auto error = state_.with_session(key_of(request), observed(request), use == session_use::create,
+    const auto seen = use == session_use::existing_unobserved ? std::nullopt : observed(request);
+    auto error = state_.with_session(key_of(request), seen, use == session_use::create,
                                      [&](session_state& session) -> maybe_error {
                                        response.set_session_id(request.session_id());
                                        response.set_server_side_session_id(session.server_side_id);
@@ -654,7 +678,10 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
 
 struct fake_server::impl {
   explicit impl(options o)
-      : opts(std::move(o)), state(opts.name), service(state, timer, opts), echo(state) {
+      : opts(std::move(o)),
+        state(opts.name, {opts.session_timeout_ms, opts.detached_timeout_ms}),
+        service(state, timer, opts),
+        echo(state) {
     state.set_required_token(opts.token);
   }
 

@@ -24,6 +24,8 @@ struct options {
   int64_t metrics = 0;  // 1: a metrics response before result_complete
   int64_t delay_ms = 0;
   int64_t max_message_bytes = int64_t{256} << 20;
+  int64_t session_timeout_ms = 60 * 60 * 1000;  // Spark's defaultSessionTimeout
+  int64_t detached_timeout_ms = 5 * 60 * 1000;  // Spark's execute.manager.detachedTimeout
   std::string token;  // non-empty: calls need "authorization: Bearer TOKEN"
   // "KEY=VALUE" added to every Config answer. Real Spark (4.0, 4.3) never
   // shows its authentication token there; this emulates a server that would,

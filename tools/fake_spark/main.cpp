@@ -22,7 +22,7 @@ constexpr const char* usage =
     "usage: scg-fake-spark --listen HOST:PORT --name NAME [--ui-listen HOST:PORT]\n"
     "         [--port-file FILE] [--stream-max-responses N] [--responses N]\n"
     "         [--payload-bytes N] [--delay-ms N] [--max-message-bytes N] [--token TOKEN]\n"
-    "         [--config-echo KEY=VALUE]\n"
+    "         [--config-echo KEY=VALUE] [--session-timeout-ms N] [--detached-timeout-ms N]\n"
     "PORT 0 picks a free port; --port-file receives {\"grpc\": PORT, \"ui\": PORT}.\n";
 
 std::optional<int64_t> parse_count(const std::string& text) {
@@ -52,7 +52,9 @@ std::optional<options> parse_args(int argc, char** argv) {
       {"--rows-per-batch", &opts.rows_per_batch},
       {"--metrics", &opts.metrics},
       {"--delay-ms", &opts.delay_ms},
-      {"--max-message-bytes", &opts.max_message_bytes}};
+      {"--max-message-bytes", &opts.max_message_bytes},
+      {"--session-timeout-ms", &opts.session_timeout_ms},
+      {"--detached-timeout-ms", &opts.detached_timeout_ms}};
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
