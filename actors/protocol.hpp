@@ -43,6 +43,7 @@ using holder_atom = caf::atom_constant<caf::atom("holder")>;      // a holder se
 using decide_atom = caf::atom_constant<caf::atom("decide")>;      // the key's owner: the binding in force
 using op_find_atom = caf::atom_constant<caf::atom("op_find")>;    // an operation id the data path's table missed
 using where_op_atom = caf::atom_constant<caf::atom("where_op")>;  // a peer asks for an operation's backend
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a peer asks for a session's binding, no decision
 using put_atom = caf::atom_constant<caf::atom("put")>;            // replicate a local write
 using erase_atom = caf::atom_constant<caf::atom("erase")>;        // replicate a local delete
 using expire_atom = caf::atom_constant<caf::atom("expire")>;      // the router's sweep saw a session idle
@@ -74,7 +75,11 @@ using peer_router_actor = caf::typed_actor<
     caf::replies_to<decide_atom, std::string, std::string>::with<std::string>,
     // operation id -> its backend's name ("" unknown here); protocol 2 on:
     // sent only to peers that announced it
-    caf::replies_to<where_op_atom, std::string>::with<std::string>>;
+    caf::replies_to<where_op_atom, std::string>::with<std::string>,
+    // key -> the backend name its binding names here ("" unknown), never a
+    // decision (a server may hold the session); protocol 4 on: sent only to
+    // peers that announced it
+    caf::replies_to<lookup_atom, std::string>::with<std::string>>;
 
 /// The router: the session directory and its placement decisions.
 using router_actor = peer_router_actor::extend<

@@ -64,8 +64,10 @@ class router {
   void resolve(std::string key, route_callback done) const;
 
   /// As resolve(), for a session the client has seen on a server (it sent
-  /// client_observed_server_side_session_id): a server that still holds it
-  /// gets the binding; only when none does is it placed (holder_search.hpp).
+  /// client_observed_server_side_session_id): in a cluster the key's owner
+  /// is asked for its binding first (it decides nothing); when it knows
+  /// none, a server that still holds the session gets the binding; only
+  /// when none does is it placed (holder_search.hpp).
   void resolve_held(std::string key, std::string session_id, std::string spark_user, std::string observed,
                     route_callback done) const;
 

@@ -453,6 +453,63 @@ void sweep_step(self_ptr self) {
   self->send(self, sweep_atom::value);
 }
 
+/// The first peer protocol that answers lookup (cluster/protocol_version.hpp:
+/// 0.2.0's; a v0.1.0 peer is never asked).
+constexpr std::uint32_t lookup_protocol = 4;
+
+/// The calls waiting for the holder of `key` hear that `name` binds it.
+void held_known(self_ptr self, const std::string& key, const std::string& name) {
+  auto waiting = std::move(self->state.searching[key]);
+  self->state.searching.erase(key);
+  auto r = adopt(self, key, name);
+  for (auto& d : waiting) d(r);
+}
+
+/// Asks every healthy server whether it holds the session (actors/holder_search);
+/// the answer comes back as holder_atom.
+void search_holder(self_ptr self, const std::string& key, const holder_query& q) {
+  auto& st = self->state;
+  std::vector<backend_index> candidates;
+  for (std::size_t i = 0; i < st.backends.size(); ++i)
+    if (st.backends[i]->reachable.load() && st.backends[i]->healthy.load() && !st.backends[i]->removed.load())
+      candidates.push_back(static_cast<backend_index>(i));
+  core::bump(core::global_metrics().router_holder_searches_total);
+  router_actor me = self;
+  find_holder(st.backends, candidates, q, st.settings.backend_token, st.settings.search_timeout_ms,
+              [me, key](std::optional<backend_index> b) {
+                caf::anon_send(me, holder_atom::value, key, b ? std::int64_t{*b} : std::int64_t{-1});
+              });
+}
+
+/// A session a server may hold, which neither table here binds: its key's
+/// owner, which decided it (or learned it first), is asked whether it knows
+/// the binding (lookup: it decides nothing, since a server may hold the
+/// session). The servers are searched only when this replica owns the key,
+/// or the owner does not know it, does not answer within ask_timeout, or
+/// predates lookup.
+void look_up_held(self_ptr self, const std::string& key, const holder_query& q) {
+  auto& st = self->state;
+  const auto all = owners(st);
+  auto it = std::find(st.member_names.begin(), st.member_names.end(), core::owner_of(key, all));
+  const auto i = static_cast<std::size_t>(it - st.member_names.begin());
+  if (it == st.member_names.end() || i >= st.member_protocols.size() || st.member_protocols[i] < lookup_protocol)
+    return search_holder(self, key, q);
+  core::bump(core::global_metrics().router_owner_lookups_total);
+  self->request(peer_of(st, it), ask_timeout, lookup_atom::value, key)
+      .then(
+          [=](const std::string& name) {
+            if (name.empty()) return search_holder(self, key, q);
+            held_known(self, key, name);
+          },
+          [=, owner = *it](const caf::error& e) {
+            core::bump(core::global_metrics().router_owner_lookups_failed_total);
+            spdlog::get("router")->info("owner_lookup_failed owner={} error=\"{}\" reason=\"the key's owner did not "
+                                        "say whether it knows a session a server may hold: searching the servers\"",
+                                        owner, self->system().render(e));
+            search_holder(self, key, q);
+          });
+}
+
 router_actor::behavior_type router_behavior(self_ptr self, router_settings settings,
                                             std::shared_ptr<session_table> table, backend_list backends) {
   auto& st = self->state;
@@ -474,27 +531,10 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         if (auto b = st.table->find_session(key, now_ms())) return done({*b, {}});
         auto [it, first] = st.searching.try_emplace(key);
         it->second.push_back(done);
-        if (!first) return;  // a search for this session is under way
-        auto search = [=](const std::string& known) {
-          auto& st = self->state;
-          if (!known.empty()) {  // a peer has the binding after all
-            auto waiting = std::move(st.searching[key]);
-            st.searching.erase(key);
-            auto r = adopt(self, key, known);
-            for (auto& d : waiting) d(r);
-            return;
-          }
-          std::vector<backend_index> candidates;
-          for (std::size_t i = 0; i < st.backends.size(); ++i)
-            if (st.backends[i]->reachable.load() && st.backends[i]->healthy.load() && !st.backends[i]->removed.load())
-              candidates.push_back(static_cast<backend_index>(i));
-          router_actor me = self;
-          find_holder(st.backends, candidates, {session, user, observed}, st.settings.backend_token,
-                      st.settings.search_timeout_ms, [me, key](std::optional<backend_index> b) {
-                        caf::anon_send(me, holder_atom::value, key, b ? std::int64_t{*b} : std::int64_t{-1});
-                      });
-        };
-        search(st.member_names.empty() ? std::string() : replicated(st, "s/" + key));
+        if (!first) return;  // a lookup or search for this session is under way
+        auto known = st.member_names.empty() ? std::string() : replicated(st, "s/" + key);
+        if (!known.empty()) return held_known(self, key, known);
+        look_up_held(self, key, {session, user, observed});
       },
       [=](holder_atom, const std::string& key, std::int64_t found) {
         auto& st = self->state;
@@ -622,6 +662,13 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
       },
       [=](op_find_atom, const std::string& op_id, const std::string& key, const route_callback& done,
           std::uint32_t looks_left) { find_op(self, op_id, key, done, looks_left); },
+      [=](lookup_atom, const std::string& key) -> std::string {
+        // A peer missed this session on its held path: our binding, read
+        // without touching it; never a decision (a server may hold it).
+        auto& st = self->state;
+        if (auto b = st.table->session_backend(key)) return st.backends[*b]->name;
+        return replicated(st, "s/" + key);
+      },
       [=](where_op_atom, const std::string& op_id) -> std::string {
         // A peer's data path missed this operation id: our table's answer.
         auto& st = self->state;

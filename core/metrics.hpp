@@ -31,6 +31,9 @@ namespace scg::core {
   X(router_clones_bound_total, "Sessions bound to their parent's backend by CloneSession")   \
   X(router_rebinds_total, "Sessions moved off a lost backend (on_backend_lost: rebind)")    \
   X(router_sessions_found_total, "Sessions without a binding found on the server that still held them") \
+  X(router_holder_searches_total, "Searches for a session's server: a ReattachExecute to every healthy server (nobody asked knew the session)") \
+  X(router_owner_lookups_total, "Sessions a server may hold, missed here, asked of their key's owner before any search") \
+  X(router_owner_lookups_failed_total, "Owner lookups unanswered (time-out, or a peer that predates them): the servers were searched") \
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
   X(router_owner_unreachable_total, "New sessions decided locally: the key's owner did not answer") \
   X(router_owner_asked_again_total, "New sessions whose owner was asked again: this replica was frozen past the ask's time-out") \
