@@ -5,6 +5,7 @@
 //       one Config for session ID; prints "backend=NAME" (exit 0 when OK)
 //   scg-demo-client HOST:PORT --clone PARENT NEW [--user USER]
 //       CloneSession of PARENT to NEW; prints "cloned" (exit 0 when OK)
+// Session ids are UUIDs, as Spark requires.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -73,10 +74,10 @@ int main(int argc, char** argv) {
   }
   const int sessions = argc > 2 ? std::stoi(argv[2]) : 4;
   int failures = 0;
-  std::printf("%-34s %-8s %-10s %-10s %-10s %s\n", "session", "user", "Config", "ExecutePlan",
+  std::printf("%-36s %-8s %-10s %-10s %-10s %s\n", "session", "user", "Config", "ExecutePlan",
               "Reattach", "rows");
   for (int i = 0; i < sessions; ++i) {
-    const std::string session = scg::core::new_request_id();
+    const std::string session = scg::core::new_uuid();
     const std::string user = i % 2 ? "alice" : "bob";
     // 1. Config creates the session on the backend scg picks.
     grpc::ClientContext c1;
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
     c2.AddMetadata("x-fake-responses", "5");
     c2.AddMetadata("x-fake-stream-max-responses", "2");
     auto req = for_session<sc::ExecutePlanRequest>(session, user);
-    req.set_operation_id(scg::core::new_request_id());
+    req.set_operation_id(scg::core::new_uuid());
+    // Reattachable, as PySpark asks by default: only such an execution is cut and continued.
+    req.add_request_options()->mutable_reattach_options()->set_reattachable(true);
     auto reader = stub->ExecutePlan(&c2, req);
     sc::ExecutePlanResponse r;
     std::string last;
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
         std::cerr << "  error: " << s->error_code() << " " << s->error_message() << "\n";
       }
     }
-    std::printf("%-34s %-8s %-10s %-10s %-10s %ld%s\n", session.c_str(), user.c_str(),
+    std::printf("%-36s %-8s %-10s %-10s %-10s %ld%s\n", session.c_str(), user.c_str(),
                 server_header(c1, "x-fake-backend").c_str(), server_header(c2, "x-fake-backend").c_str(),
                 reattach_backend.c_str(), rows, complete ? " (complete)" : "");
   }

@@ -126,7 +126,7 @@ TEST_CASE("usage per tenant equals what the clients received and what the backen
   // team-a: two sessions, three executions of different shapes.
   seen a;
   for (auto [session, batches, rows] : {std::tuple{"a-1", 4, 25}, {"a-1", 2, 1000}, {"a-2", 3, 7}}) {
-    auto s = run_query(port, "tok-alice-0123456789", session, "alice", batches, rows);
+    auto s = run_query(port, "tok-alice-0123456789", uuid_of(session), "alice", batches, rows);
     REQUIRE(s.status.ok());
     CHECK(s.rows == long(batches) * rows);
     CHECK(s.reported_rows == s.rows);  // the backend's own figure
@@ -135,19 +135,19 @@ TEST_CASE("usage per tenant equals what the clients received and what the backen
     a.reported_rows += s.reported_rows;
   }
   // team-b: one execution, then Config calls until its rate limit refuses one.
-  auto b = run_query(port, "tok-bob-0123456789", "b-1", "bob", 5, 3);
+  auto b = run_query(port, "tok-bob-0123456789", uuid_of("b-1"), "bob", 5, 3);
   REQUIRE(b.status.ok());
   int b_calls = 1, b_limited = 0;
   for (int i = 0; i < 20 && b_limited == 0; ++i) {
-    auto st = config_call(port, "tok-bob-0123456789", "b-1", "bob");
+    auto st = config_call(port, "tok-bob-0123456789", uuid_of("b-1"), "bob");
     ++b_calls;
     if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++b_limited;
   }
   REQUIRE(b_limited == 1);
   // team-c is a third tenant: beyond max_tenants 2, it counts as _other.
-  REQUIRE(run_query(port, "tok-carol-0123456789", "c-1", "carol", 1, 1).status.ok());
+  REQUIRE(run_query(port, "tok-carol-0123456789", uuid_of("c-1"), "carol", 1, 1).status.ok());
   // A bad credential has no tenant.
-  CHECK(config_call(port, "tok-nobody-000000", "x", "x").error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(config_call(port, "tok-nobody-000000", uuid_of("x"), "x").error_code() == grpc::StatusCode::UNAUTHENTICATED);
 
   // Calls are counted when they end, a moment after the client has its status.
   const auto rows_a = tenant_series("scg_tenant_result_rows_total", "team-a");
@@ -214,8 +214,8 @@ TEST_CASE("prometheus_users shows the top users, and pools show what placement s
                                                        "accounting: { prometheus_users: 1 }\n"),
                           "accounting-pools");
   const int port = gw.grpc_port, admin = gw.admin_port;
-  for (int i = 0; i < 3; ++i) REQUIRE(config_call(port, "tok-alice-0123456789", "a-1", "alice").ok());
-  REQUIRE(config_call(port, "tok-bob-0123456789", "b-1", "bob").ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(config_call(port, "tok-alice-0123456789", uuid_of("a-1"), "alice").ok());
+  REQUIRE(config_call(port, "tok-bob-0123456789", uuid_of("b-1"), "bob").ok());
   // team-a has no pool: with pools configured it is the default tenant (on_unknown_tenant: use_default).
   REQUIRE(eventually(
       [&] { return metric_value(admin, "scg_user_rpcs_total{tenant=\"default\",user=\"alice\"}") == 3; }, 5s));

@@ -129,7 +129,8 @@ TEST_CASE("probes answer within 100 ms while 500 idle, 50 slowloris and 200 req/
   const int admin = env.gw.admin_port, probe = env.gw.probe_port;
   REQUIRE(probe > 0);
   REQUIRE(timed_get(probe, "/readyz").first == 200);
-  for (int i = 0; i < 5; ++i) REQUIRE(!backend_for_session(env.gw.grpc_port, "s-" + std::to_string(i), "ann").empty());
+  for (int i = 0; i < 5; ++i)
+    REQUIRE(!backend_for_session(env.gw.grpc_port, uuid_of("s-" + std::to_string(i)), "ann").empty());
 
   constexpr auto load_for = std::chrono::seconds(8);
   std::atomic<bool> stop{false};

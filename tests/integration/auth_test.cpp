@@ -60,7 +60,7 @@ struct call_result {
 /// One Config through scg as user "mallory", with `authorization: Bearer
 /// <token>` when a token is given.
 call_result config_call(int port, const std::optional<std::string>& token,
-                        const std::string& session = "auth-session") {
+                        const std::string& session = uuid_of("auth-session")) {
   auto stub = stub_to(port);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
@@ -185,7 +185,7 @@ TEST_CASE("JWTs are verified against a local key - the verified subject replaces
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
     ctx.AddMetadata("authorization", "bearer " + sign_jwt(rs256, claims(issuer, "bob"), rsa.get()));
     sc::ConfigRequest req;
-    req.set_session_id("auth-session");
+    req.set_session_id(uuid_of("auth-session"));
     *req.mutable_user_context() = user("mallory");
     sc::ConfigResponse resp;
     CHECK(stub->Config(&ctx, req, &resp).ok());
@@ -339,7 +339,8 @@ TEST_CASE("OIDC keys are discovered, rotated on an unknown kid, and refreshed at
     const std::string forged = token(key3.get(), "k3", "mallory");
     std::vector<std::thread> callers;
     for (int i = 0; i < burst; ++i)
-      callers.emplace_back([&, i] { results[i] = config_call(gw.grpc_port, forged, "burst-" + std::to_string(i)); });
+      callers.emplace_back(
+          [&, i] { results[i] = config_call(gw.grpc_port, forged, uuid_of("burst-" + std::to_string(i))); });
     for (auto& t : callers) t.join();
   }
   const auto elapsed = std::chrono::steady_clock::now() - started;

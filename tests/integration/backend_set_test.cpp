@@ -30,10 +30,10 @@ bool is_removed(const gateway& gw, const std::string& name) {
   return all.count(name) && all[name]["removed"].get<bool>();
 }
 
-/// The backends that served `n` new sessions.
+/// The backends that served `n` new sessions (named `prefix`0, `prefix`1, …).
 std::multiset<std::string> place_new(const gateway& gw, const std::string& prefix, int n) {
   std::multiset<std::string> out;
-  for (int i = 0; i < n; ++i) out.insert(backend_for_session(gw.grpc_port, prefix + std::to_string(i), "rio"));
+  for (int i = 0; i < n; ++i) out.insert(backend_for_session(gw.grpc_port, uuid_of(prefix + std::to_string(i)), "rio"));
   return out;
 }
 
@@ -51,7 +51,8 @@ TEST_CASE("SIGHUP reloads the backend list - a bad file is refused and the runni
   auto gw = start_gateway(dir, gateway_yaml({&a, &b}, "reload: { watch_secs: 0 }\n"), "reload");
   std::string on_a;
   for (int i = 0; i < 8 && on_a.empty(); ++i)
-    if (backend_for_session(gw.grpc_port, "old-" + std::to_string(i), "rio") == "fake-a") on_a = "old-" + std::to_string(i);
+    if (const auto s = uuid_of("old-" + std::to_string(i)); backend_for_session(gw.grpc_port, s, "rio") == "fake-a")
+      on_a = s;
   REQUIRE(!on_a.empty());
 
   // fake-a leaves the list, fake-c joins it.
@@ -110,7 +111,7 @@ TEST_CASE("a resolve: all backend is one backend per address, following the name
   const std::string p2 = "pool@127.0.0.2:" + ports, p3 = "pool@127.0.0.3:" + ports, p4 = "pool@127.0.0.4:" + ports;
   REQUIRE(is_live(gw, p2));
   CHECK(listed(gw)[p2]["ui_url"] == "http://127.0.0.2:" + ui);
-  const std::string on_2 = "dns-first";
+  const std::string on_2 = uuid_of("dns-first");
   REQUIRE(backend_for_session(gw.grpc_port, on_2, "rio") == "fake-2");
 
   // Scaled up: the new address is found within the refresh interval.

@@ -61,12 +61,13 @@ gateway& add_holding_replica(cluster_env& env, int seed_port) {
   return *env.replicas.back();
 }
 
-/// `n` new sessions PREFIX-0 .. PREFIX-(n-1) through replica `g`, each with
-/// the backend it was placed on (the replica decides those whose key it owns).
+/// `n` new sessions uuid_of(PREFIX-0) .. uuid_of(PREFIX-(n-1)) through replica
+/// `g`, each with the backend it was placed on (the replica decides those
+/// whose key it owns).
 std::map<std::string, std::string> place_sessions(const gateway& g, const std::string& prefix, int n) {
   std::map<std::string, std::string> placed;
   for (int i = 0; i < n; ++i) {
-    const std::string s = prefix + "-" + std::to_string(i);
+    const std::string s = uuid_of(prefix + "-" + std::to_string(i));
     placed[s] = config_backend(g.grpc_port, s);
     REQUIRE(!placed[s].empty());
   }
@@ -83,7 +84,7 @@ TEST_CASE("three replicas: every rpc of 200 sessions at a random replica keeps i
   int changes = 0, failures = 0;
   for (int round = 0; round < 4; ++round) {
     for (int i = 0; i < 200; ++i) {
-      const std::string session = "c200-" + std::to_string(i);
+      const std::string session = uuid_of("c200-" + std::to_string(i));
       auto& r = *env.replicas[rng() % 3];
       grpc::Status s;
       auto b = config_backend(r.grpc_port, session, &s);
@@ -113,7 +114,7 @@ TEST_CASE("a burst of 200 new sessions through 3 replicas spreads by score",
     clients.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
         const auto n = t * 25 + i;
-        auto b = config_backend(env.replicas[n % 3]->grpc_port, "burst-" + std::to_string(n));
+        auto b = config_backend(env.replicas[n % 3]->grpc_port, uuid_of("burst-" + std::to_string(n)));
         std::lock_guard<std::mutex> lock(m);
         ++placed[b];
       }
@@ -129,7 +130,7 @@ TEST_CASE("a burst of 200 new sessions through 3 replicas spreads by score",
   // and its answer timed (scg_router_owner_answer_seconds); the others not.
   long asked = 0, timed = 0, decided = 0;
   for (int n = 0; n < 200; ++n) {
-    const auto key = scg::core::session_key{"default", "ursula", "burst-" + std::to_string(n)}.str();
+    const auto key = scg::core::session_key{"default", "ursula", uuid_of("burst-" + std::to_string(n))}.str();
     asked += scg::core::owner_of(key, {"scg-0", "scg-1", "scg-2"}) != "scg-" + std::to_string(n % 3);
   }
   for (const auto& r : env.replicas) {
@@ -146,7 +147,7 @@ TEST_CASE("the first rpc of a new session at two replicas at once gets one backe
   cluster_env env(3);
   int disagreements = 0, failures = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    const std::string session = "race-" + std::to_string(trial);
+    const std::string session = uuid_of("race-" + std::to_string(trial));
     int a = trial % 3, b = (trial + 1) % 3;
     std::string ba, bb;
     std::atomic<int> ready{0};
@@ -177,7 +178,7 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   cluster_env env(3);
   std::map<std::string, std::string> bound;
   for (int i = 0; i < 60; ++i) {
-    const std::string session = "kill-" + std::to_string(i);
+    const std::string session = uuid_of("kill-" + std::to_string(i));
     bound[session] = config_backend(env.replicas[i % 3]->grpc_port, session);
   }
   // A query running through replica 2, with a client-chosen operation id.
@@ -185,13 +186,14 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-fake-responses", "20");
   ctx.AddMetadata("x-fake-delay-ms", "100");
-  auto reader = stub2->ExecutePlan(&ctx, execute("kill-0", "ursula", "op-survives-kill"));
+  const std::string op = uuid_of("op-survives-kill");
+  auto reader = stub2->ExecutePlan(&ctx, execute(uuid_of("kill-0"), "ursula", op));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   std::string last = r.response_id();
   // The operation index entry reaches the replicas that survive.
-  REQUIRE(eventually([&] { return lists_operation(*env.replicas[0], "op-survives-kill") &&
-                                  lists_operation(*env.replicas[1], "op-survives-kill"); }, 5s));
+  REQUIRE(eventually([&] { return lists_operation(*env.replicas[0], op) && lists_operation(*env.replicas[1], op); },
+                     5s));
 
   env.replicas[2]->proc.signal(SIGKILL);
   REQUIRE(env.replicas[2]->proc.wait(5s));
@@ -203,14 +205,14 @@ TEST_CASE("killing a replica loses no binding, and a cut stream continues throug
   auto stub0 = stub_to(env.replicas[0]->grpc_port);
   grpc::ClientContext rctx;
   rctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  auto reattached = stub0->ReattachExecute(&rctx, reattach("kill-0", "ursula", "op-survives-kill", last));
+  auto reattached = stub0->ReattachExecute(&rctx, reattach(uuid_of("kill-0"), "ursula", op, last));
   bool complete = false;
   while (reattached->Read(&r)) complete = complete || r.has_result_complete();
   auto s = reattached->Finish();
   INFO(s.error_message());
   CHECK(s.ok());
   CHECK(complete);
-  CHECK(header(rctx, "x-fake-backend") == bound["kill-0"]);
+  CHECK(header(rctx, "x-fake-backend") == bound[uuid_of("kill-0")]);
 
   int changes = 0;
   for (const auto& [session, backend] : bound)
@@ -223,7 +225,7 @@ TEST_CASE("a new replica seeded from one survivor routes existing sessions withi
   cluster_env env(2);
   std::map<std::string, std::string> bound;
   for (int i = 0; i < 50; ++i) {
-    const std::string session = "late-" + std::to_string(i);
+    const std::string session = uuid_of("late-" + std::to_string(i));
     bound[session] = config_backend(env.replicas[i % 2]->grpc_port, session);
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -254,7 +256,7 @@ TEST_CASE("a frozen replica is seen down within 2 s and rejoins when thawed",
   // The others keep serving new and existing sessions meanwhile.
   for (int i = 0; i < 20; ++i) {
     grpc::Status s;
-    config_backend(env.replicas[i % 2 == 0 ? 0 : 2]->grpc_port, "frozen-" + std::to_string(i), &s);
+    config_backend(env.replicas[i % 2 == 0 ? 0 : 2]->grpc_port, uuid_of("frozen-" + std::to_string(i)), &s);
     CHECK(s.ok());
   }
   env.replicas[1]->proc.signal(SIGCONT);
@@ -270,7 +272,7 @@ TEST_CASE("a process without the cluster identity cannot join or inject bindings
   auto intruder = start_gateway(env.dir, intruder_yaml, "intruder");
   // It binds a session itself (once its sync wait is over: ready)...
   REQUIRE(eventually([&] { return http_get(intruder.admin_port, "/readyz").first == 200; }, 10s));
-  auto b = config_backend(intruder.grpc_port, "intruded");
+  auto b = config_backend(intruder.grpc_port, uuid_of("intruded"));
   REQUIRE(!b.empty());
   // The absence is the test: a binding replicates within milliseconds, so 1 s of silence shows none left.
   std::this_thread::sleep_for(1s);
@@ -348,9 +350,9 @@ TEST_CASE("a stray connection sending frames CAF would crash on is closed, and t
   // The cluster is whole and serves as before.
   CHECK(env.wait_for_mesh(5s));
   grpc::Status s;
-  const auto b = config_backend(r0.grpc_port, "after-stray", &s);
+  const auto b = config_backend(r0.grpc_port, uuid_of("after-stray"), &s);
   CHECK(s.ok());
-  CHECK(eventually([&] { return listed_backend(*env.replicas[1], "after-stray") == b; }, 5s));
+  CHECK(eventually([&] { return listed_backend(*env.replicas[1], uuid_of("after-stray")) == b; }, 5s));
   CHECK(metric_value(env.replicas[1]->admin_port, "scg_cluster_connections_refused_total") == 0);
 }
 
@@ -451,7 +453,7 @@ TEST_CASE("with mutual TLS replicas share sessions and a peer signed by another 
   REQUIRE(members(r0).find("\"up\"") != std::string::npos);
   int changes = 0;
   for (int i = 0; i < 20; ++i) {
-    const std::string session = "tls-" + std::to_string(i);
+    const std::string session = uuid_of("tls-" + std::to_string(i));
     auto first = config_backend(i % 2 ? r1.grpc_port : r0.grpc_port, session);
     changes += config_backend(i % 2 ? r0.grpc_port : r1.grpc_port, session) != first;
   }
@@ -473,12 +475,12 @@ TEST_CASE("bindings used on any replica live on, and ones unused everywhere expi
   auto r1 = start_gateway(dir, gateway_yaml({&a}, ttl + cluster_block("gc-1", {r0.cluster_port})), "gc-1");
   auto active = [](const gateway& g) { return metric_value(g.admin_port, "scg_sessions_active"); };
   eventually([&] { return http_get(r1.admin_port, "/readyz").first == 200; }, 10s);
-  for (int i = 0; i < 10; ++i) config_backend(r0.grpc_port, "gc-" + std::to_string(i));
+  for (int i = 0; i < 10; ++i) config_backend(r0.grpc_port, uuid_of("gc-" + std::to_string(i)));
   // gc-0 is used through replica 1 only, for three ttls; the rest never again.
   auto t0 = std::chrono::steady_clock::now();
   int failures = 0;
   while (std::chrono::steady_clock::now() - t0 < 12s) {
-    failures += config_backend(r1.grpc_port, "gc-0").empty();
+    failures += config_backend(r1.grpc_port, uuid_of("gc-0")).empty();
     std::this_thread::sleep_for(500ms);  // the pace of use is the test: twice a second, well inside the ttl
   }
   CHECK(failures == 0);
@@ -486,7 +488,7 @@ TEST_CASE("bindings used on any replica live on, and ones unused everywhere expi
   CHECK(active(r1) == 1);
   CHECK(metric_value(r0.admin_port, "scg_cluster_entries_expired_total") > 0);
   // The used session kept its binding on both replicas all along.
-  CHECK(config_backend(r0.grpc_port, "gc-0") == "fake-gc");
+  CHECK(config_backend(r0.grpc_port, uuid_of("gc-0")) == "fake-gc");
 }
 
 TEST_CASE("draining a backend on one replica applies on every replica", "[integration][cluster]") {
@@ -500,7 +502,8 @@ TEST_CASE("draining a backend on one replica applies on every replica", "[integr
   };
   eventually([&] { return draining_on(1); }, 3s);
   CHECK(draining_on(1));
-  for (int i = 0; i < 10; ++i) CHECK(config_backend(env.replicas[1]->grpc_port, "cd-" + std::to_string(i)) != "fake-a");
+  for (int i = 0; i < 10; ++i)
+    CHECK(config_backend(env.replicas[1]->grpc_port, uuid_of("cd-" + std::to_string(i))) != "fake-a");
   // A replica that joins later learns the drain in its first sync.
   auto& late = env.add_replica({env.replicas[1]->cluster_port});
   eventually([&] { return http_get(late.admin_port, "/readyz").first == 200; }, 5s);
@@ -529,7 +532,8 @@ TEST_CASE("one replica polls each backend's load and every replica places with i
   std::this_thread::sleep_for(4500ms);  // the span is the test: two poll intervals, in which only the owner polls
   const bool only_one = (polls(0) > p0) != (polls(1) > p1);
   CHECK(only_one);
-  for (int i = 0; i < 6; ++i) CHECK(config_backend(env.replicas[i % 2]->grpc_port, "busy-" + std::to_string(i)) != "fake-a");
+  for (int i = 0; i < 6; ++i)
+    CHECK(config_backend(env.replicas[i % 2]->grpc_port, uuid_of("busy-" + std::to_string(i))) != "fake-a");
 }
 
 TEST_CASE("one replica probes each backend and every replica keeps new sessions off an unhealthy one",
@@ -547,7 +551,7 @@ TEST_CASE("one replica probes each backend and every replica keeps new sessions 
   env.fakes[0].proc.signal(SIGSTOP);
   CHECK(wait_both(false));
   for (int i = 0; i < 6; ++i)
-    CHECK(config_backend(env.replicas[i % 2]->grpc_port, "sick-" + std::to_string(i)) != "fake-a");
+    CHECK(config_backend(env.replicas[i % 2]->grpc_port, uuid_of("sick-" + std::to_string(i))) != "fake-a");
   env.fakes[0].proc.signal(SIGCONT);
   CHECK(wait_both(true));
 }
@@ -585,12 +589,12 @@ TEST_CASE("a seed name that resolves to several addresses makes each of them a p
 TEST_CASE("a session released through any replica is forgotten on every replica",
           "[integration][cluster]") {
   cluster_env env(2);
-  for (int i = 0; i < 4; ++i) config_backend(env.replicas[0]->grpc_port, "rel-" + std::to_string(i));
+  for (int i = 0; i < 4; ++i) config_backend(env.replicas[0]->grpc_port, uuid_of("rel-" + std::to_string(i)));
   // Replica 1 knows these bindings only from replication; release one there.
   auto stub = stub_to(env.replicas[1]->grpc_port);
   grpc::ClientContext ctx;
   sc::ReleaseSessionRequest req;
-  req.set_session_id("rel-0");
+  req.set_session_id(uuid_of("rel-0"));
   *req.mutable_user_context() = user("ursula");
   sc::ReleaseSessionResponse resp;
   eventually([&] { return metric_value(env.replicas[1]->admin_port, "scg_sessions_active") >= 4; }, 3s);
@@ -609,7 +613,7 @@ TEST_CASE("a session rebound off a lost backend moves on every replica without a
   cluster_env env(2, "on_backend_lost: { after_secs: 1, action: rebind }\n");
   std::vector<std::string> on_a;
   for (int i = 0; i < 12; ++i) {
-    const std::string s = "move-" + std::to_string(i);
+    const std::string s = uuid_of("move-" + std::to_string(i));
     if (config_backend(env.replicas[0]->grpc_port, s) == "fake-a") on_a.push_back(s);
   }
   REQUIRE(!on_a.empty());
@@ -786,7 +790,7 @@ TEST_CASE("replicas on IPv6 loopback find each other through an IPv6 seed (::1)"
   };
   CHECK(eventually([&] { return up_on(r0, "v6-1") && up_on(r1, "v6-0"); }, 10s));
   // A session bound through one is routed to the same backend through the other.
-  CHECK(config_backend(r0.grpc_port, "v6-session") == config_backend(r1.grpc_port, "v6-session"));
+  CHECK(config_backend(r0.grpc_port, uuid_of("v6-session")) == config_backend(r1.grpc_port, uuid_of("v6-session")));
 }
 
 TEST_CASE("an operation reattached through another replica keeps max_execution_secs counted from its start",
@@ -794,6 +798,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
   cluster_env env(2, "limits:\n  per_tenant: { max_execution_secs: 3 }\n");
   const auto t0 = std::chrono::steady_clock::now();
   const auto since_start = [&] { return std::chrono::steady_clock::now() - t0; };
+  const std::string op = uuid_of("op-limit-across");
   std::string last;
   {
     // Started through replica 0; the fake cuts each stream after 5 responses (0.5 s), as Spark does.
@@ -801,10 +806,8 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
     ctx.AddMetadata("x-fake-responses", "80");
     ctx.AddMetadata("x-fake-delay-ms", "100");
     ctx.AddMetadata("x-fake-stream-max-responses", "5");
-    auto req = execute("limit-across", "ursula", "op-limit-across");
-    // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
-    std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
-    REQUIRE(req.ParseFromString(body));
+    // Reattachable (execute's default, as PySpark asks): only such a stream is cut.
+    auto req = execute(uuid_of("limit-across"), "ursula", op);
     auto reader = stub_to(env.replicas[0]->grpc_port)->ExecutePlan(&ctx, req);
     sc::ExecutePlanResponse r;
     while (reader->Read(&r)) last = r.response_id();
@@ -815,7 +818,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
   REQUIRE(eventually([&] {
     auto ops = nlohmann::json::parse(http_get(env.replicas[1]->admin_port, "/api/v1/operations").second);
     for (const auto& o : ops["operations"])
-      if (o["operation_id"] == "op-limit-across") return o.contains("started_ms");
+      if (o["operation_id"] == op) return o.contains("started_ms");
     return false;
   }, 5s));
   // The elapsed time is the test: reattach 2.5 s after the start, 0.5 s before the limit.
@@ -828,7 +831,7 @@ TEST_CASE("an operation reattached through another replica keeps max_execution_s
   for (; streams < 20 && status.ok(); ++streams) {
     grpc::ClientContext rctx;
     rctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    auto reattached = stub1->ReattachExecute(&rctx, reattach("limit-across", "ursula", "op-limit-across", last));
+    auto reattached = stub1->ReattachExecute(&rctx, reattach(uuid_of("limit-across"), "ursula", op, last));
     sc::ExecutePlanResponse r;
     while (reattached->Read(&r)) last = r.response_id();
     status = reattached->Finish();
@@ -859,14 +862,15 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
     auto s = reader->Finish();
     return std::pair{s, header(ctx, "x-fake-backend")};
   };
-  const std::string known_session = "settle-known";
+  const std::string known_session = uuid_of("settle-known");
+  const std::string unknown_op = uuid_of("op-nobody-knows");
   const auto known_backend = config_backend(r0.grpc_port, known_session);
   REQUIRE(!known_backend.empty());
   // A session replica 1 owns and placed: replica 0 learned its binding from
   // replica 1.
   std::string remote_session;
   for (int k = 0; k < 100 && remote_session.empty(); ++k) {
-    const auto id = "settle-remote-" + std::to_string(k);
+    const auto id = uuid_of("settle-remote-" + std::to_string(k));
     if (scg::core::owner_of(scg::core::session_key{"default", "ursula", id}.str(), {"scg-0", "scg-1"}) == "scg-1")
       remote_session = id;
   }
@@ -887,23 +891,23 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
     return true;
   }, 5s));
   const auto asked = std::chrono::steady_clock::now();
-  auto [refused, refused_on] = reattach_once("settle-new-1", "op-nobody-knows");
+  auto [refused, refused_on] = reattach_once(uuid_of("settle-new-1"), unknown_op);
   const auto waited = std::chrono::steady_clock::now() - asked;
   INFO(refused.error_message());
   CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(waited >= 150ms);  // looked again for a delta on its way (op_grace) before refusing
-  CHECK(refused.error_message().find("op-nobody-knows") != std::string::npos);
+  CHECK(refused.error_message().find(unknown_op) != std::string::npos);
   CHECK(refused.error_message().find("settles") != std::string::npos);
   CHECK(refused_on.empty());  // no backend saw it
   CHECK(metric_value(r0.admin_port, "scg_router_operations_unsettled_total") >= 1);
   CHECK(metric_value(r0.admin_port, "scg_local_replies_total{reason=\"operation_unsettled\"}") >= 1);
 
   // Under a session this replica knows, the call goes to that session's backend meanwhile.
-  auto [by_session, by_session_on] = reattach_once(known_session, "op-nobody-knows");
+  auto [by_session, by_session_on] = reattach_once(known_session, unknown_op);
   CHECK(by_session_on == known_backend);
   CHECK(by_session.error_message().find("OPERATION_NOT_FOUND") != std::string::npos);
   // So does one under a session this replica learned from a peer.
-  auto [by_replicated, by_replicated_on] = reattach_once(remote_session, "op-nobody-knows");
+  auto [by_replicated, by_replicated_on] = reattach_once(remote_session, unknown_op);
   CHECK(by_replicated_on == remote_backend);
   CHECK(by_replicated.error_message().find("OPERATION_NOT_FOUND") != std::string::npos);
 
@@ -911,7 +915,7 @@ TEST_CASE("an operation id nobody knows under an unknown session is refused whil
   // its session: a backend answers (the session is new there).
   int attempt = 0;
   CHECK(eventually([&] {
-    auto [s, on] = reattach_once("settle-new-" + std::to_string(++attempt), "op-nobody-knows");
+    auto [s, on] = reattach_once(uuid_of("settle-new-" + std::to_string(++attempt)), unknown_op);
     return !on.empty() && s.error_code() != grpc::StatusCode::UNAVAILABLE;
   }, 8s));
 }
@@ -943,7 +947,7 @@ TEST_CASE("a reattach through another replica that is ahead of its operation's d
   // A session replica 1 owns: it places it, and replica 0 hears of it only by its delta.
   std::string session;
   for (int k = 0; k < 100 && session.empty(); ++k) {
-    const auto id = "ahead-" + std::to_string(k);
+    const auto id = uuid_of("ahead-" + std::to_string(k));
     if (scg::core::owner_of(scg::core::session_key{"default", "ursula", id}.str(), {"scg-0", "scg-1"}) == "scg-1")
       session = id;
   }
@@ -958,10 +962,8 @@ TEST_CASE("a reattach through another replica that is ahead of its operation's d
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     ctx.AddMetadata("x-fake-responses", "4");
     ctx.AddMetadata("x-fake-stream-max-responses", "2");
-    auto req = execute(session, "ursula", "op-ahead");
-    // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
-    std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
-    REQUIRE(req.ParseFromString(body));
+    // Reattachable (execute's default, as PySpark asks): only such a stream is cut.
+    auto req = execute(session, "ursula", uuid_of("op-ahead"));
     auto reader = stub_to(r1.grpc_port)->ExecutePlan(&ctx, req);
     sc::ExecutePlanResponse r;
     while (reader->Read(&r)) last = r.response_id();
@@ -972,7 +974,7 @@ TEST_CASE("a reattach through another replica that is ahead of its operation's d
   for (int stream = 0; stream < 4 && !complete; ++stream) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    auto reader = stub_to(r0.grpc_port)->ReattachExecute(&ctx, reattach(session, "ursula", "op-ahead", last));
+    auto reader = stub_to(r0.grpc_port)->ReattachExecute(&ctx, reattach(session, "ursula", uuid_of("op-ahead"), last));
     sc::ExecutePlanResponse r;
     while (reader->Read(&r)) {
       last = r.response_id();
@@ -1008,8 +1010,8 @@ TEST_CASE("a thawed replica is handed the writes it missed, and the digests then
   // A table of 1200 sessions on every replica: a repair by whole buckets
   // (64) of the 30 keys written below would resend about 500 of them.
   for (int i = 0; i < 1200; ++i)
-    REQUIRE(!config_backend((i % 2 ? r0 : r2).grpc_port, "handoff-base-" + std::to_string(i)).empty());
-  REQUIRE(eventually([&] { return listed_backend(r1, "handoff-base-1199") != ""; }, 5s));
+    REQUIRE(!config_backend((i % 2 ? r0 : r2).grpc_port, uuid_of("handoff-base-" + std::to_string(i))).empty());
+  REQUIRE(eventually([&] { return listed_backend(r1, uuid_of("handoff-base-1199")) != ""; }, 5s));
   REQUIRE(settles(repair_sent, 4500ms, 30s));  // two digest rounds with nothing to repair
   const long sent_before = repair_sent();
 
@@ -1018,7 +1020,7 @@ TEST_CASE("a thawed replica is handed the writes it missed, and the digests then
   // Deltas to the frozen replica are lost with its links.
   std::map<std::string, std::string> missed;
   for (int i = 0; i < 30; ++i) {
-    const auto s = "handoff-missed-" + std::to_string(i);
+    const auto s = uuid_of("handoff-missed-" + std::to_string(i));
     missed[s] = config_backend((i % 2 ? r0 : r2).grpc_port, s);
     REQUIRE(!missed[s].empty());
   }

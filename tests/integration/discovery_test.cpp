@@ -342,12 +342,13 @@ TEST_CASE("scg follows a Service's ready endpoints: pods join and leave without 
   const std::string b2 = "spark-connect@127.0.0.2:" + port, b3 = "spark-connect@127.0.0.3:" + port;
   // The first watch adds pod-3, then drops; the resumed one takes it out again.
   REQUIRE(eventually([&] { auto l = listed(); return l.count(b2) && l.count(b3) && !l[b3]; }, 5s));
-  CHECK(backend_for_session(gw.grpc_port, "on-pod-3", "kim") != "");
+  CHECK(backend_for_session(gw.grpc_port, uuid_of("on-pod-3"), "kim") != "");
   cut_first = true;
   REQUIRE(eventually([&] { auto l = listed(); return l.count(b3) && l[b3]; }, 5s));
   CHECK_FALSE(listed()[b2]);
   std::set<std::string> used;
-  for (int i = 0; i < 6; ++i) used.insert(backend_for_session(gw.grpc_port, "disc-" + std::to_string(i), "kim"));
+  for (int i = 0; i < 6; ++i)
+    used.insert(backend_for_session(gw.grpc_port, uuid_of("disc-" + std::to_string(i)), "kim"));
   CHECK(used == std::set<std::string>{"pod-2"});
   REQUIRE(!api.watches().empty());
   CHECK(api.watches()[0].authorization == "Bearer sa-token");

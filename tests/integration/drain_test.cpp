@@ -118,7 +118,7 @@ struct traffic {
         // up to about 150 s on a loaded machine; traffic must outlast them).
         const auto until = std::chrono::steady_clock::now() + 300s;
         for (int k = 0; k < 6000 && !stop && std::chrono::steady_clock::now() < until; ++k)
-          one_session(port, name + "-" + std::to_string(t) + "-" + std::to_string(k));
+          one_session(port, uuid_of(name + "-" + std::to_string(t) + "-" + std::to_string(k)));
       });
   }
 
@@ -225,7 +225,7 @@ TEST_CASE("scg drain refuses an unknown backend and times out naming what holds 
   CHECK(unknown_out.find("no backend named no-such") != std::string::npos);
 
   // A session used just now holds its backend for drain.idle_secs.
-  const auto on = backend_for_session(gw.grpc_port, "held", "rio");
+  const auto on = backend_for_session(gw.grpc_port, uuid_of("held"), "rio");
   REQUIRE(!on.empty());
   auto [busy_code, busy_out] = run({"--wait", "--timeout", "2", "--admin", admin, on});
   CHECK(busy_code == 1);

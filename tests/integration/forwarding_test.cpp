@@ -153,19 +153,20 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
             req.set_interrupt_type(sc::InterruptRequest::INTERRUPT_TYPE_ALL))
   SCG_UNARY(FetchErrorDetails, FetchErrorDetailsRequest, FetchErrorDetailsResponse, req.set_error_id("e1"))
   SCG_UNARY(GetStatus, GetStatusRequest, GetStatusResponse, {})
-  SCG_UNARY(CloneSession, CloneSessionRequest, CloneSessionResponse, req.set_new_session_id("clone-of-1"))
+  SCG_UNARY(CloneSession, CloneSessionRequest, CloneSessionResponse, req.set_new_session_id(uuid_of("clone-of-1")))
 #undef SCG_UNARY
 
+  const std::string op = uuid_of("op-every-rpc");
   {  // ExecutePlan, then ReleaseExecute(release_all) of it
     grpc::ClientContext ctx;
     prepare(ctx);
-    auto reader = stub.ExecutePlan(&ctx, execute(session, "alice", "op-every-rpc"));
+    auto reader = stub.ExecutePlan(&ctx, execute(session, "alice", op));
     sc::ExecutePlanResponse r, in;
     int n = 0;
     while (reader->Read(&in)) {
       ++n;
       r = in;
-      CHECK(r.operation_id() == "op-every-rpc");
+      CHECK(r.operation_id() == op);
     }
     auto status = reader->Finish();
     check(ctx, status, r.session_id(), r.server_side_session_id());
@@ -177,22 +178,22 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     sc::ReleaseExecuteRequest rel;
     rel.set_session_id(session);
     *rel.mutable_user_context() = user("alice");
-    rel.set_operation_id("op-every-rpc");
+    rel.set_operation_id(op);
     rel.mutable_release_all();
     sc::ReleaseExecuteResponse rresp;
     auto rstatus = stub.ReleaseExecute(&rctx, rel, &rresp);
     check(rctx, rstatus, rresp.session_id(), rresp.server_side_session_id());
   }
-  {  // ReattachExecute of an operation that finished: the backend answers
+  {  // ReattachExecute of an operation released with release_all: the backend no longer knows it
     grpc::ClientContext ctx;
     prepare(ctx);
-    auto reader = stub.ReattachExecute(&ctx, reattach(session, "alice", "op-every-rpc", ""));
+    auto reader = stub.ReattachExecute(&ctx, reattach(session, "alice", op, ""));
     sc::ExecutePlanResponse r;
     while (reader->Read(&r)) {
     }
     auto s = reader->Finish();
     CHECK(s.error_code() == grpc::StatusCode::INTERNAL);
-    CHECK(s.error_message().find("INVALID_HANDLE.OPERATION_") != std::string::npos);
+    CHECK(s.error_message().find("INVALID_HANDLE.OPERATION_NOT_FOUND") != std::string::npos);
     CHECK(!s.error_details().empty());
   }
   {  // AddArtifacts: a client stream of three messages
@@ -234,7 +235,7 @@ TEST_CASE("responses and errors come back byte for byte as the backend sent them
   three_backends env;
   auto gw = channel_to(env.gw.grpc_port);
   sc::ConfigRequest req;
-  req.set_session_id("verbatim-session");
+  req.set_session_id(uuid_of("verbatim-session"));
   *req.mutable_user_context() = user("bob");
   req.set_operation("\x0a\x03\x66\x6f\x6f");  // opaque to scg
   const std::string bytes = req.SerializeAsString();
@@ -264,7 +265,7 @@ TEST_CASE("an unknown method is forwarded as a byte stream both ways", "[integra
   three_backends env;
   auto gw = channel_to(env.gw.grpc_port);
   sc::ConfigRequest first;
-  first.set_session_id("future-rpc-session");
+  first.set_session_id(uuid_of("future-rpc-session"));
   *first.mutable_user_context() = user("carol");
   std::vector<std::string> msgs{first.SerializeAsString(), std::string("\x0a\x01z", 3),
                                 std::string(70000, '\x01')};
@@ -287,7 +288,7 @@ TEST_CASE("100 sessions with mixed rpcs keep one backend each and spread over ba
   std::map<std::string, int> per_backend;
   int changes = 0;
   for (int i = 0; i < 100; ++i) {
-    const std::string session = "affinity-" + std::to_string(i);
+    const std::string session = uuid_of("affinity-" + std::to_string(i));
     const std::string uid = "user-" + std::to_string(i % 7);
     std::string first;
     std::string ssid = config(stub, session, uid, &first).server_side_session_id();
@@ -322,13 +323,13 @@ TEST_CASE("a cloned session follows its parent's backend", "[integration]") {
   three_backends env;
   auto& stub = *env.stub;
   std::string parent_backend;
-  config(stub, "clone-parent", "dora", &parent_backend);
+  config(stub, uuid_of("clone-parent"), "dora", &parent_backend);
   for (bool client_chosen : {true, false}) {
     grpc::ClientContext ctx;
     sc::CloneSessionRequest req;
-    req.set_session_id("clone-parent");
+    req.set_session_id(uuid_of("clone-parent"));
     *req.mutable_user_context() = user("dora");
-    if (client_chosen) req.set_new_session_id("clone-child-chosen");
+    if (client_chosen) req.set_new_session_id(uuid_of("clone-child-chosen"));
     sc::CloneSessionResponse resp;
     REQUIRE(stub.CloneSession(&ctx, req, &resp).ok());
     REQUIRE(!resp.new_session_id().empty());
@@ -353,15 +354,15 @@ TEST_CASE("a reattach follows its operation, whoever chose the id and whatever s
   std::set<std::string> backends;
   for (int i = 0; backends.size() < 3 && i < 30; ++i) {
     std::string b;
-    config(stub, "reattach-" + std::to_string(i), "erin", &b);
-    sessions.push_back("reattach-" + std::to_string(i));
+    sessions.push_back(uuid_of("reattach-" + std::to_string(i)));
+    config(stub, sessions.back(), "erin", &b);
     backends.insert(b);
   }
   REQUIRE(backends.size() == 3);
 
   for (bool client_chosen : {true, false}) {
     auto first = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, stub,
-                             execute(sessions[0], "erin", client_chosen ? "op-chosen-1" : ""), cut);
+                             execute(sessions[0], "erin", client_chosen ? uuid_of("op-chosen-1") : ""), cut);
     REQUIRE(first.status.ok());
     REQUIRE(first.responses.size() == 2);
     CHECK_FALSE(first.complete());
@@ -390,7 +391,7 @@ TEST_CASE("large messages pass: 100 MiB request, 100 MiB response, 1 GiB stream"
   three_backends env;
   auto& stub = *env.stub;
   {
-    auto req = execute("large-1", "fay");
+    auto req = execute(uuid_of("large-1"), "fay");
     req.set_plan(std::string(100u << 20, 'p'));
     auto r = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, stub, req);
     INFO(r.status.error_message());
@@ -398,7 +399,7 @@ TEST_CASE("large messages pass: 100 MiB request, 100 MiB response, 1 GiB stream"
     CHECK(r.complete());
   }
   {
-    auto r = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, stub, execute("large-1", "fay"),
+    auto r = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, stub, execute(uuid_of("large-1"), "fay"),
                          {{"x-fake-responses", "1"}, {"x-fake-payload-bytes", std::to_string(100u << 20)}});
     INFO(r.status.error_message());
     REQUIRE(r.status.ok());
@@ -410,7 +411,7 @@ TEST_CASE("large messages pass: 100 MiB request, 100 MiB response, 1 GiB stream"
     ctx.AddMetadata("x-fake-responses", "256");
     ctx.AddMetadata("x-fake-payload-bytes", std::to_string(4u << 20));
     ctx.set_deadline(std::chrono::system_clock::now() + 120s);
-    auto reader = stub.ExecutePlan(&ctx, execute("large-1", "fay"));
+    auto reader = stub.ExecutePlan(&ctx, execute(uuid_of("large-1"), "fay"));
     sc::ExecutePlanResponse r;
     std::uint64_t bytes = 0, n = 0;
     long max_rss = 0;
@@ -433,7 +434,7 @@ TEST_CASE("a slow reader slows the backend instead of filling scg's memory", "[i
   ctx.AddMetadata("x-fake-responses", "200");
   ctx.AddMetadata("x-fake-payload-bytes", std::to_string(4u << 20));
   ctx.set_deadline(std::chrono::system_clock::now() + 60s);
-  auto reader = env.stub->ExecutePlan(&ctx, execute("slow-reader", "gus"));
+  auto reader = env.stub->ExecutePlan(&ctx, execute(uuid_of("slow-reader"), "gus"));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   const auto& backend = env.by_name(backend_of(ctx));
@@ -460,7 +461,7 @@ TEST_CASE("deadlines and cancellation reach the backend", "[integration]") {
     ctx.AddMetadata("x-fake-delay-ms", "300");
     ctx.set_deadline(std::chrono::system_clock::now() + 500ms);
     auto t0 = std::chrono::steady_clock::now();
-    auto reader = env.stub->ExecutePlan(&ctx, execute("deadline-1", "hal"));
+    auto reader = env.stub->ExecutePlan(&ctx, execute(uuid_of("deadline-1"), "hal"));
     sc::ExecutePlanResponse r;
     while (reader->Read(&r)) {
     }
@@ -469,13 +470,13 @@ TEST_CASE("deadlines and cancellation reach the backend", "[integration]") {
   }
   {  // the backend sees the deadline itself: its own stream is cancelled
     std::string backend_name;
-    config(*env.stub, "deadline-1", "hal", &backend_name);
+    config(*env.stub, uuid_of("deadline-1"), "hal", &backend_name);
     const auto& backend = env.by_name(backend_name);
     auto before = nlohmann::json::parse(http_get(backend.ui_port, "/fake/stats").second);
     grpc::ClientContext ctx;
     ctx.AddMetadata("x-fake-responses", "50");
     ctx.AddMetadata("x-fake-delay-ms", "100");
-    auto reader = env.stub->ExecutePlan(&ctx, execute("deadline-1", "hal"));
+    auto reader = env.stub->ExecutePlan(&ctx, execute(uuid_of("deadline-1"), "hal"));
     sc::ExecutePlanResponse r;
     REQUIRE(reader->Read(&r));
     ctx.TryCancel();
@@ -495,7 +496,7 @@ TEST_CASE("bodies that are not valid messages get INVALID_ARGUMENT and others ca
   three_backends env;
   auto gw = channel_to(env.gw.grpc_port);
   std::string good_backend;
-  config(*env.stub, "bystander", "ivy", &good_backend);
+  config(*env.stub, uuid_of("bystander"), "ivy", &good_backend);
 
   auto bad = call_raw(*gw, "/spark.connect.SparkConnectService/Config", {std::string("\x0a\xff\xff", 3)});
   CHECK(bad.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
@@ -518,7 +519,7 @@ TEST_CASE("bodies that are not valid messages get INVALID_ARGUMENT and others ca
   CHECK(metric_value(env.gw.admin_port, "scg_forward_invalid_argument_total") == invalid + 1);
   std::string after;
   grpc::Status s;
-  config(*env.stub, "bystander", "ivy", &after, &s);
+  config(*env.stub, uuid_of("bystander"), "ivy", &after, &s);
   CHECK(s.ok());
   CHECK(after == good_backend);
   CHECK_FALSE(env.gw.proc.wait(0ms));  // still running
@@ -542,7 +543,7 @@ TEST_CASE("a dead backend answers UNAVAILABLE quickly, naming the backend", "[in
     for (int i = 0; i < 3; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       grpc::Status s;
-      config(*stub, "dead-" + std::to_string(i), "jay", nullptr, &s);
+      config(*stub, uuid_of("dead-" + std::to_string(i)), "jay", nullptr, &s);
       INFO(s.error_message());
       CHECK(s.error_code() == grpc::StatusCode::UNAVAILABLE);
       CHECK(s.error_message().find("fake-dead") != std::string::npos);
@@ -558,7 +559,7 @@ TEST_CASE("a dead backend answers UNAVAILABLE quickly, naming the backend", "[in
     for (int i = 0; i < 6; ++i) {
       std::string b;
       grpc::Status s;
-      config(*stub, "mixed-" + std::to_string(i), "jay", &b, &s);
+      config(*stub, uuid_of("mixed-" + std::to_string(i)), "jay", &b, &s);
       CHECK(s.ok());
       CHECK(b == "fake-live");
     }
@@ -571,7 +572,7 @@ TEST_CASE("x-request-id is generated when absent, kept when present, and logged"
   auto gw = start_gateway(dir, gateway_yaml({&a}, "") + "", "rid");
   auto ch = channel_to(gw.grpc_port);
   sc::ConfigRequest req;
-  req.set_session_id("rid-session");
+  req.set_session_id(uuid_of("rid-session"));
   auto none = call_raw(*ch, "/spark.connect.SparkConnectService/Config", {req.SerializeAsString()});
   auto generated = header(none.trailing, "x-fake-request-id");
   CHECK(generated.size() == 32);
@@ -585,7 +586,7 @@ TEST_CASE("the admin endpoint reports health, readiness, backends and metrics", 
   three_backends env;
   CHECK(http_get(env.gw.admin_port, "/healthz").first == 200);
   CHECK(http_get(env.gw.admin_port, "/readyz").first == 200);
-  config(*env.stub, "admin-1", "kim");
+  config(*env.stub, uuid_of("admin-1"), "kim");
   auto [code, body] = http_get(env.gw.admin_port, "/api/v1/backends");
   REQUIRE(code == 200);
   auto j = nlohmann::json::parse(body)["backends"];
@@ -612,7 +613,7 @@ TEST_CASE("SIGTERM drains: not ready at once, streams in flight finish, exit 0",
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-fake-responses", "8");
   ctx.AddMetadata("x-fake-delay-ms", "150");
-  auto reader = stub->ExecutePlan(&ctx, execute("drain-1", "lee"));
+  auto reader = stub->ExecutePlan(&ctx, execute(uuid_of("drain-1"), "lee"));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   gw.proc.signal(SIGTERM);
@@ -630,8 +631,9 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   auto gw = start_gateway(dir, gateway_yaml({&a}, "affinity: { session_ttl_secs: 3, op_ttl_secs: 1 }\n"),
                           "ttl");
   auto stub = stub_to(gw.grpc_port);
-  for (int i = 0; i < 5; ++i) config(*stub, "ttl-" + std::to_string(i), "max");
-  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("ttl-0", "max", "op-ttl"));
+  for (int i = 0; i < 5; ++i) config(*stub, uuid_of("ttl-" + std::to_string(i)), "max");
+  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub,
+                       execute(uuid_of("ttl-0"), "max", uuid_of("op-ttl")));
   REQUIRE(s.status.ok());
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
   CHECK(metric_value(gw.admin_port, "scg_operations_active") == 1);
@@ -649,25 +651,27 @@ TEST_CASE("a session whose operations were released stays bound without an actor
   auto b = start_fake(dir, "fake-hib-b");
   auto gw = start_gateway(dir, gateway_yaml({&a, &b}, "affinity: { session_ttl_secs: 3, op_ttl_secs: 60 }\n"), "hib");
   auto stub = stub_to(gw.grpc_port);
-  const auto home = backend_for_session(gw.grpc_port, "hib-1", "ines");
+  const auto home = backend_for_session(gw.grpc_port, uuid_of("hib-1"), "ines");
   CHECK(metric_value(gw.admin_port, "scg_session_actors") == 0);  // idle from the start
-  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("hib-1", "ines", "op-hib"));
+  auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub,
+                       execute(uuid_of("hib-1"), "ines", uuid_of("op-hib")));
   REQUIRE(s.status.ok());
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
   grpc::ClientContext rctx;
   sc::ReleaseExecuteRequest rel;
-  rel.set_session_id("hib-1");
+  rel.set_session_id(uuid_of("hib-1"));
   *rel.mutable_user_context() = user("ines");
-  rel.set_operation_id("op-hib");
+  rel.set_operation_id(uuid_of("op-hib"));
   rel.mutable_release_all();
   sc::ReleaseExecuteResponse rresp;
   REQUIRE(stub->ReleaseExecute(&rctx, rel, &rresp).ok());
   // The last operation released: the actor goes, the binding stays.
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 0; }, 2s));
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 1);
-  for (int i = 0; i < 5; ++i) CHECK(backend_for_session(gw.grpc_port, "hib-1", "ines") == home);
+  for (int i = 0; i < 5; ++i) CHECK(backend_for_session(gw.grpc_port, uuid_of("hib-1"), "ines") == home);
   // A new operation brings the actor back.
-  auto again = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub, execute("hib-1", "ines", "op-hib-2"));
+  auto again = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub,
+                           execute(uuid_of("hib-1"), "ines", uuid_of("op-hib-2")));
   REQUIRE(again.status.ok());
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
   // Idle past its ttl, the session is forgotten with its operation.
@@ -702,16 +706,16 @@ TEST_CASE("new sessions go to the backend whose Spark UI reports the least load"
   REQUIRE(wait_for("fake-busy", 1.0));
   REQUIRE(wait_for("fake-idle", 0.125));
   for (int i = 0; i < 10; ++i)
-    CHECK(backend_for_session(gw.grpc_port, "load-" + std::to_string(i), "quinn") == "fake-idle");
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("load-" + std::to_string(i)), "quinn") == "fake-idle");
 
   set_load(a, 8, 0, 0);
   set_load(b, 8, 8, 4);
   REQUIRE(wait_for("fake-busy", 0.0));
   REQUIRE(wait_for("fake-idle", 1.0));
   for (int i = 10; i < 20; ++i)
-    CHECK(backend_for_session(gw.grpc_port, "load-" + std::to_string(i), "quinn") == "fake-busy");
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("load-" + std::to_string(i)), "quinn") == "fake-busy");
   // Existing sessions stay where they are.
-  CHECK(backend_for_session(gw.grpc_port, "load-0", "quinn") == "fake-idle");
+  CHECK(backend_for_session(gw.grpc_port, uuid_of("load-0"), "quinn") == "fake-idle");
   CHECK(metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-busy\"}") == 0);
 }
 
@@ -725,7 +729,7 @@ TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on session
   auto gw = start_gateway(dir, yaml, "noui");
   CHECK(eventually(
       [&] { return metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3; }, 5s));
-  CHECK(backend_for_session(gw.grpc_port, "noui-1", "rae") == "fake-noui");
+  CHECK(backend_for_session(gw.grpc_port, uuid_of("noui-1"), "rae") == "fake-noui");
   auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
   CHECK(j["backends"][0]["utilization"].is_null());
   // One log line for the failing state, not one per poll.
@@ -740,7 +744,7 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
   auto gw = start_gateway(dir, gateway_yaml({&a, &b}), "drain-backend");
   std::string on_old;
   for (int i = 0; i < 6 && on_old.empty(); ++i) {
-    const std::string s = "drain-pre-" + std::to_string(i);
+    const std::string s = uuid_of("drain-pre-" + std::to_string(i));
     if (backend_for_session(gw.grpc_port, s, "sam") == "fake-old") on_old = s;
   }
   REQUIRE(!on_old.empty());
@@ -749,7 +753,7 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
   REQUIRE(code == 200);
   REQUIRE(eventually([&] { return listed_draining(gw, "fake-old"); }, 2s));
   for (int i = 0; i < 8; ++i)
-    CHECK(backend_for_session(gw.grpc_port, "drain-new-" + std::to_string(i), "sam") == "fake-new");
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("drain-new-" + std::to_string(i)), "sam") == "fake-new");
   CHECK(backend_for_session(gw.grpc_port, on_old, "sam") == "fake-old");  // carries on
   auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
   for (const auto& be : j["backends"])
@@ -760,7 +764,8 @@ TEST_CASE("a drained backend takes no new sessions while its sessions carry on",
   REQUIRE(http_post(gw.admin_port, "/api/v1/backends/fake-old/undrain", "").first == 200);
   REQUIRE(eventually([&] { return !listed_draining(gw, "fake-old"); }, 2s));
   std::set<std::string> used;
-  for (int i = 0; i < 8; ++i) used.insert(backend_for_session(gw.grpc_port, "drain-after-" + std::to_string(i), "sam"));
+  for (int i = 0; i < 8; ++i)
+    used.insert(backend_for_session(gw.grpc_port, uuid_of("drain-after-" + std::to_string(i)), "sam"));
   CHECK(used.count("fake-old") == 1);
 }
 
@@ -785,7 +790,7 @@ TEST_CASE("a backend that stops answering probes gets no new sessions until it a
   a.proc.signal(SIGSTOP);  // the TCP connection stays up; nothing answers
   CHECK(wait_for("fake-frozen", false));
   for (int i = 0; i < 6; ++i)
-    CHECK(backend_for_session(gw.grpc_port, "probe-" + std::to_string(i), "tess") == "fake-fine");
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("probe-" + std::to_string(i)), "tess") == "fake-fine");
   CHECK(metric_value(gw.admin_port, "scg_backend_healthy{backend=\"fake-frozen\"}") == 0);
   a.proc.signal(SIGCONT);
   CHECK(wait_for("fake-frozen", true));
@@ -802,7 +807,7 @@ TEST_CASE("sessions of a lost backend are rebound, or refused naming it, as conf
         "lost-" + action);
     std::vector<std::string> on_doomed;
     for (int i = 0; i < 10; ++i) {
-      const std::string s = "lost-" + std::to_string(i);
+      const std::string s = uuid_of("lost-" + std::to_string(i));
       if (backend_for_session(gw.grpc_port, s, "uma") == "fake-doomed") on_doomed.push_back(s);
     }
     REQUIRE(!on_doomed.empty());

@@ -310,7 +310,7 @@ TEST_CASE("compressed calls are routed by their session like plain ones and answ
     // New sessions placed from a compressed first message: scg inflated it
     // to read session_id and user_id.
     for (int i = 0; i < 6; ++i) {
-      const std::string session = tag + "-session-" + std::to_string(i);
+      const std::string session = uuid_of(tag + "-session-" + std::to_string(i));
       std::string backend;
       sc::ConfigResponse resp;
       const auto before = metric_value(gw.admin_port, "scg_forward_request_bytes_total");
@@ -352,7 +352,7 @@ TEST_CASE("compressed calls are routed by their session like plain ones and answ
       CHECK(resp.server_side_session_id().rfind(backend + "/", 0) == 0);
     }
     // And a session first seen plain keeps its backend when calls turn compressed.
-    const std::string plain_first = tag + "-plain-first";
+    const std::string plain_first = uuid_of(tag + "-plain-first");
     std::string first;
     REQUIRE(config(*stub, plain_first, "zoe", GRPC_COMPRESS_NONE, &first, nullptr, padding).ok());
     for (int i = 0; i < 3; ++i) {
@@ -374,7 +374,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
   auto ch = channel_to(gw.grpc_port);  // the client itself allows 256 MiB
   auto stub = sc::SparkConnectService::NewStub(ch);
   std::string home;
-  REQUIRE(config(*stub, "limit-1", "lou", GRPC_COMPRESS_NONE, &home).ok());
+  REQUIRE(config(*stub, uuid_of("limit-1"), "lou", GRPC_COMPRESS_NONE, &home).ok());
   REQUIRE(home == "fake-limit");
   auto still_works = [&](const std::string& what) {
     INFO("after " << what);
@@ -384,10 +384,10 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     CHECK(ch->GetState(false) == GRPC_CHANNEL_READY);
     std::string b;
     sc::ConfigResponse resp;
-    auto s = config(*stub, "limit-1", "lou", GRPC_COMPRESS_NONE, &b, &resp);
+    auto s = config(*stub, uuid_of("limit-1"), "lou", GRPC_COMPRESS_NONE, &b, &resp);
     CHECK(s.ok());
     CHECK(b == "fake-limit");
-    auto r = execute_plan(*stub, execute("limit-1", "lou"));
+    auto r = execute_plan(*stub, execute(uuid_of("limit-1"), "lou"));
     CHECK(r.status.ok());
     CHECK(r.responses == 4);
     CHECK(r.complete);
@@ -398,7 +398,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
   };
 
   {  // a request message over the limit: the first (held for routing) ...
-    auto req = execute("limit-1", "lou");
+    auto req = execute(uuid_of("limit-1"), "lou");
     req.set_plan(std::string(limit + 1000, 'p'));
     auto r = execute_plan(*stub, req);
     INFO(r.status.error_message());
@@ -411,7 +411,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     sc::ConfigRequest req;
-    req.set_session_id("limit-1");
+    req.set_session_id(uuid_of("limit-1"));
     *req.mutable_user_context() = user("lou");
     req.set_operation(std::string(4 * limit, 'o'));
     sc::ConfigResponse resp;
@@ -427,7 +427,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     sc::AddArtifactsResponse resp;
     auto writer = stub->AddArtifacts(&ctx, &resp);
     sc::AddArtifactsRequest small;
-    small.set_session_id("limit-1");
+    small.set_session_id(uuid_of("limit-1"));
     *small.mutable_user_context() = user("lou");
     small.set_batch(std::string(100, 'x'));
     CHECK(writer->Write(small));
@@ -444,7 +444,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
   }
   {  // a response message over the limit, from the backend (which would go on sending)
     const auto cancelled_before = fake_stat(a, "streams_cancelled");
-    auto r = execute_plan(*stub, execute("limit-1", "lou"),
+    auto r = execute_plan(*stub, execute(uuid_of("limit-1"), "lou"),
                           {{"x-fake-responses", "100"}, {"x-fake-delay-ms", "50"},
                            {"x-fake-payload-bytes", std::to_string(limit + 1)}});
     INFO(r.status.error_message());
@@ -458,7 +458,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     still_works("a large response");
   }
   {  // a compressed request message that is small on the wire but inflates past the limit
-    auto req = execute("limit-1", "lou");
+    auto req = execute(uuid_of("limit-1"), "lou");
     req.set_plan(std::string(4 * limit, 'p'));
     auto r = execute_plan(*stub, req, {}, GRPC_COMPRESS_GZIP);
     INFO(r.status.error_code() << " " << r.status.error_message());
@@ -471,7 +471,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     // uncompressed, so the echo of the second message is over the limit.
     grpc::GenericStub generic(ch);
     sc::ConfigRequest first;
-    first.set_session_id("limit-1");
+    first.set_session_id(uuid_of("limit-1"));
     *first.mutable_user_context() = user("lou");
     const std::vector<std::string> msgs{first.SerializeAsString(), std::string(2 * limit, 'e')};
     generic_call call(generic, spark_service + "SomeFutureRpc", msgs, GRPC_COMPRESS_GZIP, 10s);
@@ -485,7 +485,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     still_works("a second response over the limit");
   }
   {  // just under the limit passes (an ExecutePlanResponse is under 256 bytes more than its payload)
-    auto r = execute_plan(*stub, execute("limit-1", "lou"),
+    auto r = execute_plan(*stub, execute(uuid_of("limit-1"), "lou"),
                           {{"x-fake-responses", "2"}, {"x-fake-payload-bytes", std::to_string(limit - 256)}});
     INFO(r.status.error_message());
     CHECK(r.status.ok());
@@ -522,9 +522,12 @@ TEST_CASE("requests that are not gRPC get a clear error at once", "[integration]
   // Raw HTTP/2 clients. curl 7.88 stalls on its own side when a complete
   // response comes before its upload has ended (curl#10433), so requests with
   // a body go through nghttp; curl sends only bodiless ones.
+  // Both come from scripts/setup.sh (nghttp2-client, curl): a missing one is a failure.
   const bool nghttp = have("nghttp"), curl = have("curl");
-  if (!nghttp && !curl) WARN("neither nghttp nor curl is installed: the raw HTTP/2 checks are skipped");
-  if (nghttp) {
+  INFO("nghttp (Debian's nghttp2-client) and curl must be installed: run scripts/setup.sh");
+  REQUIRE(nghttp);
+  REQUIRE(curl);
+  {
     const auto small = dir.write("hello.txt", "hello");
     const auto big = dir.write("big.bin", std::string(3u << 20, 'b'));
     struct probe {
@@ -554,7 +557,7 @@ TEST_CASE("requests that are not gRPC get a clear error at once", "[integration]
       CHECK(std::chrono::steady_clock::now() - t0 < 5s);
     }
   }
-  if (curl) {
+  {
     {  // a bodiless POST with the wrong content-type
       auto t0 = std::chrono::steady_clock::now();
       auto [rc, out] = run("curl -sS -i --http2-prior-knowledge -m 5 -X POST -H 'content-type: text/plain' " + base +
@@ -576,7 +579,7 @@ TEST_CASE("requests that are not gRPC get a clear error at once", "[integration]
   }
   // scg still serves real calls.
   grpc::Status s;
-  CHECK(backend_for_session(gw.grpc_port, "after-junk", "ned", &s) == "fake-notgrpc");
+  CHECK(backend_for_session(gw.grpc_port, uuid_of("after-junk"), "ned", &s) == "fake-notgrpc");
   CHECK(s.ok());
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 3s));
   CHECK_FALSE(gw.proc.wait(0ms));
@@ -599,7 +602,8 @@ TEST_CASE("300 concurrent ExecutePlan streams on one connection all complete", "
   std::vector<std::unique_ptr<async_execute>> calls;
   for (int k = 0; k < per_session; ++k)
     for (int i = 0; i < sessions; ++i)
-      calls.push_back(std::make_unique<async_execute>(*stub, execute("many-" + std::to_string(i), "mo"), md, 60s));
+      calls.push_back(
+          std::make_unique<async_execute>(*stub, execute(uuid_of("many-" + std::to_string(i)), "mo"), md, 60s));
   // While they run, scg counts them.
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") >= 100; }, 3s));
   const bool all_done = wait_all(calls, 45s);
@@ -643,7 +647,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
   auto gw = start_gateway(dir, gateway_yaml({&a}), "cancel");
   auto ch = channel_to(gw.grpc_port);
   auto stub = sc::SparkConnectService::NewStub(ch);
-  REQUIRE(backend_for_session(gw.grpc_port, "cancel-1", "cy") == "fake-cancel");
+  REQUIRE(backend_for_session(gw.grpc_port, uuid_of("cancel-1"), "cy") == "fake-cancel");
   const std::map<std::string, std::string> slow{{"x-fake-responses", "200"}, {"x-fake-delay-ms", "100"}};
 
   {  // one long stream, cancelled after its first responses
@@ -651,7 +655,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     grpc::ClientContext ctx;
     for (const auto& [k, v] : slow) ctx.AddMetadata(k, v);
     ctx.set_deadline(std::chrono::system_clock::now() + 60s);
-    auto reader = stub->ExecutePlan(&ctx, execute("cancel-1", "cy"));
+    auto reader = stub->ExecutePlan(&ctx, execute(uuid_of("cancel-1"), "cy"));
     sc::ExecutePlanResponse r;
     REQUIRE(reader->Read(&r));
     REQUIRE(reader->Read(&r));
@@ -676,7 +680,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     const auto before = fake_stat(a, "streams_cancelled");
     std::vector<std::unique_ptr<async_execute>> calls;
     for (int i = 0; i < 40; ++i)
-      calls.push_back(std::make_unique<async_execute>(*stub, execute("cancel-1", "cy"), slow, 60s));
+      calls.push_back(std::make_unique<async_execute>(*stub, execute(uuid_of("cancel-1"), "cy"), slow, 60s));
     for (auto& c : calls) CHECK(c->wait_first(10s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 40);
     for (auto& c : calls) c->cancel();
@@ -691,7 +695,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
   }
   {  // a call waiting on a backend that does not answer at all is freed too
     a.proc.signal(SIGSTOP);
-    auto call = std::make_unique<async_execute>(*stub, execute("cancel-1", "cy"), slow, 60s);
+    auto call = std::make_unique<async_execute>(*stub, execute(uuid_of("cancel-1"), "cy"), slow, 60s);
     CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 1; }, 2s));
     CHECK_FALSE(call->wait(300ms));
     call->cancel();
@@ -704,7 +708,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     CHECK(backend_in_flight(gw.admin_port, "fake-cancel") == 0);
   }
   // The connection and the backend carry on.
-  auto r = execute_plan(*stub, execute("cancel-1", "cy"));
+  auto r = execute_plan(*stub, execute(uuid_of("cancel-1"), "cy"));
   INFO(r.status.error_message());
   CHECK(r.status.ok());
   CHECK(r.responses == 4);
@@ -724,7 +728,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     INFO("killed with signal " << how);
     std::string b;
     sc::ConfigResponse before;
-    REQUIRE(config(*stub, "phoenix-1", "pat", GRPC_COMPRESS_NONE, &b, &before).ok());
+    REQUIRE(config(*stub, uuid_of("phoenix-1"), "pat", GRPC_COMPRESS_NONE, &b, &before).ok());
     REQUIRE(b == "fake-phoenix");
     // The upstream connection is now open and idle; the backend goes away.
     fake->proc.signal(how);
@@ -732,7 +736,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     fake.reset();
     {  // while it is down: a quick UNAVAILABLE naming it
       std::string down;
-      auto s = config(*stub, "phoenix-1", "pat", GRPC_COMPRESS_NONE, &down);
+      auto s = config(*stub, uuid_of("phoenix-1"), "pat", GRPC_COMPRESS_NONE, &down);
       INFO(s.error_message());
       CHECK(s.error_code() == grpc::StatusCode::UNAVAILABLE);
       CHECK(s.error_message().find("fake-phoenix") != std::string::npos);
@@ -746,7 +750,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     int attempts = 0;
     for (int i = 0; i < 10; ++i) {  // bounded: the first attempt should already succeed
       ++attempts;
-      s = config(*stub, "phoenix-1", "pat", GRPC_COMPRESS_NONE, &b, &after);
+      s = config(*stub, uuid_of("phoenix-1"), "pat", GRPC_COMPRESS_NONE, &b, &after);
       if (s.ok()) break;
       UNSCOPED_INFO("attempt " << i << ": " << s.error_message());
       std::this_thread::sleep_for(200ms);  // only after a failed attempt (which fails the test): a retry's back-off
@@ -757,12 +761,12 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     CHECK(b == "fake-phoenix");
     CHECK(after.server_side_session_id().rfind("fake-phoenix/", 0) == 0);
     CHECK(after.server_side_session_id() != before.server_side_session_id());
-    auto r = execute_plan(*stub, execute("phoenix-1", "pat"));
+    auto r = execute_plan(*stub, execute(uuid_of("phoenix-1"), "pat"));
     CHECK(r.status.ok());
     CHECK(r.responses == 4);
   }
   {  // killed in the middle of a stream: the client hears UNAVAILABLE naming the backend at once
-    auto call = std::make_unique<async_execute>(*stub, execute("phoenix-1", "pat"),
+    auto call = std::make_unique<async_execute>(*stub, execute(uuid_of("phoenix-1"), "pat"),
                                                 std::map<std::string, std::string>{{"x-fake-responses", "200"},
                                                                                    {"x-fake-delay-ms", "100"}},
                                                 60s);
@@ -785,7 +789,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     fake.reset();
     fake = start_fake_on(dir, "fake-phoenix", grpc_port, ui_port, "phoenix-" + std::to_string(++generation));
     REQUIRE(fake);
-    auto r = execute_plan(*stub, execute("phoenix-1", "pat"));
+    auto r = execute_plan(*stub, execute(uuid_of("phoenix-1"), "pat"));
     INFO(r.status.error_message());
     CHECK(r.status.ok());
     CHECK(r.responses == 4);
@@ -804,7 +808,7 @@ TEST_CASE("a response over the limit comes after every response the backend sent
   auto ch = channel_to(gw.grpc_port);
   grpc::GenericStub generic(ch);
   sc::ConfigRequest first;
-  first.set_session_id("slowlimit-1");
+  first.set_session_id(uuid_of("slowlimit-1"));
   *first.mutable_user_context() = user("sol");
   {  // a reader that keeps up: [small, over the limit], 20 times
     int lost = 0;

@@ -1,5 +1,7 @@
 #include "tests/integration/harness.hpp"
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include <catch2/catch.hpp>
@@ -21,6 +23,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "core/ids.hpp"
 
 namespace scg::test {
 
@@ -400,13 +404,50 @@ spark::connect::UserContext user(const std::string& id) {
   return u;
 }
 
+namespace {
+/// FNV-1a over `bytes` from `basis`, then splitmix64's finalizer, so nearby
+/// names ("s-1", "s-2") differ in every nibble.
+std::uint64_t mixed_hash(std::string_view bytes, std::uint64_t basis) {
+  std::uint64_t h = basis;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+/// 8-4-4-4-12 lowercase hex of (hi, lo) with version 4 and the RFC 4122 variant.
+std::string format_uuid(std::uint64_t hi, std::uint64_t lo) {
+  hi = (hi & ~0xf000ull) | 0x4000ull;
+  lo = (lo & ~(0xc000ull << 48)) | (0x8000ull << 48);
+  char out[37];
+  std::snprintf(out, sizeof out, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
+                static_cast<unsigned>((hi >> 16) & 0xffff), static_cast<unsigned>(hi & 0xffff),
+                static_cast<unsigned>(lo >> 48), static_cast<unsigned long long>(lo & 0xffffffffffffull));
+  return out;
+}
+}  // namespace
+
+std::string uuid_of(std::string_view name) {
+  return format_uuid(mixed_hash(name, 0xcbf29ce484222325ull), mixed_hash(name, 0x84222325cbf29ce4ull));
+}
+
+std::string random_uuid() { return core::new_uuid(); }
+
 spark::connect::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
-                                           const std::string& op_id) {
+                                           const std::string& op_id, reattachable mode) {
   spark::connect::ExecutePlanRequest req;
   req.set_session_id(session);
   *req.mutable_user_context() = user(user_id);
   req.set_plan("plan bytes scg never parses");
   if (!op_id.empty()) req.set_operation_id(op_id);
+  if (mode == reattachable::yes)
+    req.add_request_options()->mutable_reattach_options()->set_reattachable(true);
   return req;
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -264,9 +265,22 @@ class netns_link {
 /// A user context with `user`.
 spark::connect::UserContext user(const std::string& id);
 
-/// An ExecutePlan of `session` by `user_id` (operation id `op_id` when given).
+/// A valid, version-4-shaped UUID derived from `name` alone: the same name
+/// gives the same id in every process, so a test writes uuid_of("kill-0")
+/// where Spark (and the fake) require a UUID for a session or operation id.
+std::string uuid_of(std::string_view name);
+
+/// A fresh random version-4 UUID.
+std::string random_uuid();
+
+/// Whether an ExecutePlan asks for a reattachable execution.
+enum class reattachable : bool { no = false, yes = true };
+
+/// An ExecutePlan of `session` by `user_id` (operation id `op_id` when given),
+/// reattachable unless asked otherwise: PySpark's default request_options.
 spark::connect::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
-                                           const std::string& op_id = "");
+                                           const std::string& op_id = "",
+                                           reattachable mode = reattachable::yes);
 
 /// A ReattachExecute of operation `op_id`, after response `last` when given.
 spark::connect::ReattachExecuteRequest reattach(const std::string& session, const std::string& user_id,

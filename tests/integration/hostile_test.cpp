@@ -51,11 +51,7 @@ std::string config_body(const std::string& session, const std::string& user_id) 
 }
 
 std::string execute_body(const std::string& session, const std::string& user_id) {
-  sc::ExecutePlanRequest r;
-  r.set_session_id(session);
-  *r.mutable_user_context() = user(user_id);
-  r.set_plan("plan bytes scg never parses");
-  return r.SerializeAsString();
+  return execute(session, user_id).SerializeAsString();
 }
 
 long fake_stat(const fake_spark& f, const std::string& key) {
@@ -130,7 +126,7 @@ class well_behaved_client {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + call_deadline);
     sc::ConfigRequest req;
-    req.set_session_id("well-behaved");
+    req.set_session_id(uuid_of("well-behaved"));
     *req.mutable_user_context() = user("wendy");
     sc::ConfigResponse resp;
     return stub_->Config(&ctx, req, &resp);
@@ -139,10 +135,7 @@ class well_behaved_client {
   grpc::Status execute() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + call_deadline);
-    sc::ExecutePlanRequest req;
-    req.set_session_id("well-behaved");
-    *req.mutable_user_context() = user("wendy");
-    auto reader = stub_->ExecutePlan(&ctx, req);
+    auto reader = stub_->ExecutePlan(&ctx, scg::test::execute(uuid_of("well-behaved"), "wendy"));
     sc::ExecutePlanResponse r;
     int n = 0;
     bool complete = false;
@@ -206,7 +199,7 @@ struct hostile_env {
     CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 5s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
     grpc::Status s;
-    CHECK(backend_for_session(gw.grpc_port, "after-abuse", "ann", &s) == fake.name);
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("after-abuse"), "ann", &s) == fake.name);
     CHECK(s.ok());
   }
 };
@@ -296,7 +289,7 @@ TEST_CASE("rapid resets end each abusing connection with a GOAWAY while other cl
       outcome o;
       const auto start = clock_type::now();
       std::vector<h2::frame_in> frames;
-      const std::string body = h2::grpc_message(config_body("rapid-" + std::to_string(t), "rex"));
+      const std::string body = h2::grpc_message(config_body(uuid_of("rapid-" + std::to_string(t)), "rex"));
       for (int i = 0; i < streams_per_connection && !c.peer_closed(); i += 50) {
         std::string batch;
         for (int j = i; j < i + 50; ++j) {  // HEADERS, the request message, RST_STREAM(CANCEL)
@@ -424,7 +417,7 @@ TEST_CASE("an oversized header block is refused and never reaches the backend", 
       h2::connection c(env.gw.grpc_port);
       if (!c.handshake() || !(c.server_setting(h2::max_frame_size) >= mb_block.size())) return;
       std::uint32_t stream = 1;
-      const std::string body = h2::grpc_message(config_body("oversized-" + std::to_string(t), "olga"));
+      const std::string body = h2::grpc_message(config_body(uuid_of("oversized-" + std::to_string(t)), "olga"));
       for (; budget.next(); stream += 2) {
         ++attempts;
         if (!c.send(h2::headers_frame(stream, mb_block, true, false) + h2::data_frame(stream, body, true))) break;
@@ -434,10 +427,10 @@ TEST_CASE("an oversized header block is refused and never reaches the backend", 
       }
       // The same connection still serves a normal call.
       if (c.send(h2::headers_frame(stream, normal_block, true, false) +
-                 h2::data_frame(stream, h2::grpc_message(config_body("well-behaved", "wendy")), true))) {
+                 h2::data_frame(stream, h2::grpc_message(config_body(uuid_of("well-behaved"), "wendy")), true))) {
         sc::ConfigResponse resp;
         auto answer = response_on(c, stream, 3s);
-        served += answer && resp.ParseFromString(*answer) && resp.session_id() == "well-behaved";
+        served += answer && resp.ParseFromString(*answer) && resp.session_id() == uuid_of("well-behaved");
       }
     });
     INFO(attempts << " oversized header blocks sent");
@@ -458,12 +451,12 @@ TEST_CASE("an oversized header block is refused and never reaches the backend", 
       const bool last = at + 16000 >= block.size();
       frames += at == 0 ? h2::headers_frame(1, piece, last, false) : h2::continuation_frame(1, piece, last);
     }
-    REQUIRE(c.send(frames + h2::data_frame(1, h2::grpc_message(config_body("oversized-c", "olga")), true)));
+    REQUIRE(c.send(frames + h2::data_frame(1, h2::grpc_message(config_body(uuid_of("oversized-c"), "olga")), true)));
     bool status_only = false;
     CHECK_FALSE(response_on(c, 1, 3s, nullptr, &status_only));
     CHECK(status_only);
     REQUIRE(c.send(h2::headers_frame(3, normal_block, true, false) +
-                   h2::data_frame(3, h2::grpc_message(config_body("well-behaved", "wendy")), true)));
+                   h2::data_frame(3, h2::grpc_message(config_body(uuid_of("well-behaved"), "wendy")), true)));
     CHECK(response_on(c, 3, 3s));
   }
 
@@ -540,7 +533,7 @@ TEST_CASE("streams beyond the advertised 1000 are refused and the others are una
   // Open ExecutePlan streams that stay open: a response a second, never read.
   const std::string block =
       h2::grpc_request_block(execute_path, {{"x-fake-responses", "1000000"}, {"x-fake-delay-ms", "1000"}});
-  const std::string body = h2::grpc_message(execute_body("held", "hal"));
+  const std::string body = h2::grpc_message(execute_body(uuid_of("held"), "hal"));
   constexpr std::size_t opened = 1100;
   auto open_streams = [&] {
     std::string frames;

@@ -143,6 +143,11 @@ constexpr auto call_deadline = std::chrono::seconds(5);
 constexpr auto stream_deadline = std::chrono::seconds(8);
 constexpr int max_sessions_per_client = 60;
 
+/// A session named whole (its user and id), as the admin API's key= looks it up.
+struct session_ref {
+  std::string user, id;
+};
+
 struct run_state {
   topology& net;
   temp_dir& dir;
@@ -150,7 +155,7 @@ struct run_state {
   std::mutex mu;  // guards replicas, backends' ports, recent, next_name
   std::vector<replica> replicas;
   std::vector<backend> backends;
-  std::vector<std::string> recent;  ///< sessions with a recent answer, for the convergence probes
+  std::vector<session_ref> recent;  ///< sessions with a recent answer, for the convergence probes
   int generation = 0;
   int next_name = 0;
   std::atomic<bool> stop{false};
@@ -165,9 +170,9 @@ struct run_state {
     return out;
   }
 
-  void note_recent(const std::string& session) {
+  void note_recent(const std::string& user, const std::string& session) {
     std::lock_guard<std::mutex> lock(mu);
-    recent.push_back(session);
+    recent.push_back({user, session});
     if (recent.size() > 12) recent.erase(recent.begin());
   }
 };
@@ -259,7 +264,9 @@ class client {
  private:
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
   std::string any_session() { return sessions_[static_cast<std::size_t>(pick(static_cast<int>(sessions_.size())))]; }
-  std::string fresh(const char* kind) { return prefix_ + "-" + kind + "-" + std::to_string(counter_++); }
+  /// A new session or operation id: a UUID (as Spark requires) named by the
+  /// client's prefix, `kind` and a counter, so a seed always draws the same ids.
+  std::string fresh(const char* kind) { return uuid_of(prefix_ + "-" + kind + "-" + std::to_string(counter_++)); }
 
   std::optional<target> replica_other_than(const std::string& not_this = "") {
     auto r = st_.rotation();
@@ -302,7 +309,7 @@ class client {
     c.code = s.error_code();
     c.message = s.error_message();
     c.backend = md_value(ctx, "x-fake-backend");
-    if (c.code == 0 && !c.by_op) st_.note_recent(c.session);
+    if (c.code == 0 && !c.by_op) st_.note_recent(user_, c.session);
     calls.push_back(c);
   }
   static void deadline(grpc::ClientContext& ctx, std::chrono::seconds d) {
@@ -337,13 +344,15 @@ class client {
     if (auto t = replica_other_than()) unary(*t, session, rpc);
   }
 
-  /// A brand-new session; one in four starts at two replicas at once.
+  /// A brand-new session; one in four starts at two replicas at once. The
+  /// client keeps it once a first call has been answered OK: a session no
+  /// call created does not exist on any backend (as in Spark, a clone of it
+  /// is SESSION_NOT_FOUND).
   void new_session() {
     if (static_cast<int>(sessions_.size()) >= max_sessions_per_client) return release(any_session());
     const auto id = fresh("s");
     auto a = replica_other_than();
     if (!a) return;
-    sessions_.push_back(id);
     if (pick(4) == 0) {
       auto b = replica_other_than(a->name);
       if (b && b->name != a->name) {
@@ -353,11 +362,14 @@ class client {
         std::thread other([&] { twin.unary(*b, id, "config"); });
         unary(*a, id, "config");
         other.join();
+        const bool created = calls.back().code == 0 || twin.calls.back().code == 0;
         calls.insert(calls.end(), twin.calls.begin(), twin.calls.end());
+        if (created) sessions_.push_back(id);
         return;
       }
     }
     unary(*a, id, "config");
+    if (calls.back().code == 0) sessions_.push_back(id);
   }
 
   struct stream_out {
@@ -506,11 +518,11 @@ std::optional<std::map<std::string, std::string>> table_of(const std::string& ho
 
 /// The backends of `sessions` in a replica's table ("" when absent), read in
 /// one request; nullopt when it did not answer. Each is named whole (tenant,
-/// user: the id's prefix, id), so the replica looks them up rather than
-/// scanning its table: the poll's pace does not follow the table's size.
-std::optional<std::vector<std::string>> backends_in(httplib::Client& c, const std::vector<std::string>& sessions) {
+/// user, id), so the replica looks them up rather than scanning its table:
+/// the poll's pace does not follow the table's size.
+std::optional<std::vector<std::string>> backends_in(httplib::Client& c, const std::vector<session_ref>& sessions) {
   std::string path = "/api/v1/sessions?limit=1000";
-  for (const auto& s : sessions) path += "&key=default/" + s.substr(0, s.find('-')) + "/" + s;  // [a-z0-9-]
+  for (const auto& s : sessions) path += "&key=default/" + s.user + "/" + s.id;  // [a-z0-9-]
   auto r = c.Get(path.c_str());
   if (!r || r->status != 200) return std::nullopt;
   auto j = nlohmann::json::parse(r->body, nullptr, false);
@@ -518,7 +530,7 @@ std::optional<std::vector<std::string>> backends_in(httplib::Client& c, const st
   std::map<std::string, std::string> found;
   for (const auto& row : j["sessions"]) found[row["session_id"].get<std::string>()] = row["backend"].get<std::string>();
   std::vector<std::string> out;
-  for (const auto& s : sessions) out.push_back(found.count(s) ? found[s] : std::string());
+  for (const auto& s : sessions) out.push_back(found.count(s.id) ? found[s.id] : std::string());
   return out;
 }
 
@@ -529,7 +541,7 @@ std::optional<std::vector<std::string>> backends_in(httplib::Client& c, const st
 /// answers are about one moment's; each session counts from the answer that
 /// completed its agreement, not from the round's end.
 std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
-  std::vector<std::string> probes;
+  std::vector<session_ref> probes;
   std::vector<std::pair<std::string, int>> admins;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -575,8 +587,8 @@ std::int64_t convergence(run_state& st, std::int64_t heal_ms) {
         if (b && first && *b == *first) continue;
         same = false;
         auto said = [](const std::optional<std::string>& x) { return x ? "'" + *x + "'" : std::string("no answer"); };
-        last = "session=" + probes[i] + " replica=" + admins[k].first + " saw=" + said(b) + " first=" + said(first) +
-               " at_ms=" + std::to_string(at[k][i] - heal_ms);
+        last = "session=" + probes[i].id + " replica=" + admins[k].first + " saw=" + said(b) +
+               " first=" + said(first) + " at_ms=" + std::to_string(at[k][i] - heal_ms);
       }
       if (!same) since[i] = -1;
       else if (since[i] < 0) since[i] = latest;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -83,12 +84,7 @@ grpc::Status execute(int port, const std::string& session, const std::string& us
   auto stub = stub_to(port);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user(user_id);
-  req.set_plan("plan bytes");
-  req.set_operation_id(op_id);
-  auto reader = stub->ExecutePlan(&ctx, req);
+  auto reader = stub->ExecutePlan(&ctx, scg::test::execute(session, user_id, op_id));
   sc::ExecutePlanResponse r;
   while (reader->Read(&r)) {
   }
@@ -141,12 +137,19 @@ struct one_replica {
 TEST_CASE("sessions and operations list by page with filters and a cursor", "[integration][observability]") {
   one_replica env;
   const int port = env.gw.grpc_port, admin = env.gw.admin_port;
-  for (int i = 0; i < 5; ++i) REQUIRE(!backend_for_session(port, "ann-" + std::to_string(i), "ann").empty());
-  for (int i = 0; i < 3; ++i) REQUIRE(!backend_for_session(port, "bob-" + std::to_string(i), "bob").empty());
-  const auto ann0_backend = backend_for_session(port, "ann-0", "ann");
-  REQUIRE(execute(port, "ann-0", "ann", "op-ann-1").ok());
-  REQUIRE(execute(port, "ann-0", "ann", "op-ann-2").ok());
-  REQUIRE(execute(port, "bob-0", "bob", "op-bob-1").ok());
+  auto ann = [](int i) { return uuid_of("ann-" + std::to_string(i)); };
+  auto bob = [](int i) { return uuid_of("bob-" + std::to_string(i)); };
+  // Listings sort operations by id: take the three ids in that order, so
+  // ann's two come first, op_ann_1 before op_ann_2.
+  std::vector<std::string> op_ids{uuid_of("op-ann-1"), uuid_of("op-ann-2"), uuid_of("op-bob-1")};
+  std::sort(op_ids.begin(), op_ids.end());
+  const std::string op_ann_1 = op_ids[0], op_ann_2 = op_ids[1], op_bob_1 = op_ids[2];
+  for (int i = 0; i < 5; ++i) REQUIRE(!backend_for_session(port, ann(i), "ann").empty());
+  for (int i = 0; i < 3; ++i) REQUIRE(!backend_for_session(port, bob(i), "bob").empty());
+  const auto ann0_backend = backend_for_session(port, ann(0), "ann");
+  REQUIRE(execute(port, ann(0), "ann", op_ann_1).ok());
+  REQUIRE(execute(port, ann(0), "ann", op_ann_2).ok());
+  REQUIRE(execute(port, bob(0), "bob", op_bob_1).ok());
 
   SECTION("pages of 3 visit all 8 sessions once and end with a null next") {
     std::set<std::string> seen;
@@ -172,7 +175,7 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
     for (const auto& s : all["sessions"]) {
       CHECK(s["tenant"].is_string());
       CHECK(s["last_seen_ms_ago"].get<long>() >= 0);
-      if (s["session_id"] == "ann-0") {
+      if (s["session_id"] == ann(0)) {
         CHECK(s["user_id"] == "ann");
         CHECK(s["backend"] == ann0_backend);
         CHECK(s["operations"] == 2);
@@ -181,13 +184,13 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
   }
 
   SECTION("filters by user, backend and tenant") {
-    auto bob = get_json(admin, "/api/v1/sessions?user=bob");
-    CHECK(bob["sessions"].size() == 3);
-    for (const auto& s : bob["sessions"]) CHECK(s["user_id"] == "bob");
+    auto bobs = get_json(admin, "/api/v1/sessions?user=bob");
+    CHECK(bobs["sessions"].size() == 3);
+    for (const auto& s : bobs["sessions"]) CHECK(s["user_id"] == "bob");
     auto on_backend = get_json(admin, "/api/v1/sessions?backend=" + ann0_backend);
     CHECK(on_backend["sessions"].size() >= 1);
     for (const auto& s : on_backend["sessions"]) CHECK(s["backend"] == ann0_backend);
-    const auto tenant = bob["sessions"][0]["tenant"].get<std::string>();
+    const auto tenant = bobs["sessions"][0]["tenant"].get<std::string>();
     CHECK(get_json(admin, "/api/v1/sessions?tenant=" + tenant)["sessions"].size() == 8);
     CHECK(get_json(admin, "/api/v1/sessions?tenant=nobody")["sessions"].empty());
     CHECK(get_json(admin, "/api/v1/sessions?backend=no-such")["sessions"].empty());
@@ -198,30 +201,30 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
     auto key = [&](const std::string& user, const std::string& session) {
       return "key=" + tenant + "/" + user + "/" + session;
     };
-    auto two = get_json(admin, "/api/v1/sessions?" + key("bob", "bob-2") + "&" + key("ann", "ann-0") + "&" +
-                                   key("ann", "nobody-9"));
+    auto two = get_json(admin, "/api/v1/sessions?" + key("bob", bob(2)) + "&" + key("ann", ann(0)) + "&" +
+                                   key("ann", uuid_of("nobody-9")));
     REQUIRE(two["sessions"].size() == 2);  // in key order; the unknown one is absent
-    CHECK(two["sessions"][0]["session_id"] == "ann-0");
+    CHECK(two["sessions"][0]["session_id"] == ann(0));
     CHECK(two["sessions"][0]["backend"] == ann0_backend);
     CHECK(two["sessions"][0]["operations"] == 2);
-    CHECK(two["sessions"][1]["session_id"] == "bob-2");
+    CHECK(two["sessions"][1]["session_id"] == bob(2));
     // bob's session is not found under ann; a key filters operations too.
-    CHECK(get_json(admin, "/api/v1/sessions?" + key("ann", "bob-1") + "&" + key("ann", "ann-1"))["sessions"].size() ==
+    CHECK(get_json(admin, "/api/v1/sessions?" + key("ann", bob(1)) + "&" + key("ann", ann(1)))["sessions"].size() ==
           1);
-    CHECK(get_json(admin, "/api/v1/operations?" + key("ann", "ann-0") + "&" + key("bob", "bob-1"))["operations"]
+    CHECK(get_json(admin, "/api/v1/operations?" + key("ann", ann(0)) + "&" + key("bob", bob(1)))["operations"]
               .size() == 2);
-    auto [code, body] = http_get(admin, "/api/v1/sessions?key=" + tenant + "/ann-0");
+    auto [code, body] = http_get(admin, "/api/v1/sessions?key=" + tenant + "/" + ann(0));
     CHECK(code == 400);
     CHECK(body.find("TENANT/USER/SESSION") != std::string::npos);
   }
 
   SECTION("operations list by session and backend, and page") {
-    auto ann0 = get_json(admin, "/api/v1/operations?session=ann-0");
+    auto ann0 = get_json(admin, "/api/v1/operations?session=" + ann(0));
     REQUIRE(ann0["operations"].size() == 2);
-    CHECK(ann0["operations"][0]["operation_id"] == "op-ann-1");
-    CHECK(ann0["operations"][1]["operation_id"] == "op-ann-2");
+    CHECK(ann0["operations"][0]["operation_id"] == op_ann_1);
+    CHECK(ann0["operations"][1]["operation_id"] == op_ann_2);
     for (const auto& o : ann0["operations"]) {
-      CHECK(o["session_id"] == "ann-0");
+      CHECK(o["session_id"] == ann(0));
       CHECK(o["user_id"] == "ann");
       CHECK(o["backend"] == ann0_backend);
     }
@@ -229,7 +232,7 @@ TEST_CASE("sessions and operations list by page with filters and a cursor", "[in
     CHECK(first["total"] == 3);
     REQUIRE(first["next"].is_string());
     auto second = get_json(admin, "/api/v1/operations?limit=1&after=" + first["next"].get<std::string>());
-    CHECK(second["operations"][0]["operation_id"] == "op-ann-2");
+    CHECK(second["operations"][0]["operation_id"] == op_ann_2);
     const auto on_ann0_backend = get_json(admin, "/api/v1/operations?backend=" + ann0_backend);  // outlives the loop
     for (const auto& o : on_ann0_backend["operations"])
       CHECK(o["backend"] == ann0_backend);
@@ -329,8 +332,8 @@ TEST_CASE("the status page of a 3-replica cluster shows every member and backend
 TEST_CASE("promtool accepts the metrics of a running replica", "[integration][observability][prometheus]") {
   require_tool(promtool, "prometheus");
   one_replica env;
-  REQUIRE(!backend_for_session(env.gw.grpc_port, "metrics-1", "mia").empty());
-  REQUIRE(execute(env.gw.grpc_port, "metrics-1", "mia", "op-metrics-1").ok());
+  REQUIRE(!backend_for_session(env.gw.grpc_port, uuid_of("metrics-1"), "mia").empty());
+  REQUIRE(execute(env.gw.grpc_port, uuid_of("metrics-1"), "mia", uuid_of("op-metrics-1")).ok());
   auto [code, text] = http_get(env.gw.admin_port, "/metrics");
   REQUIRE(code == 200);
   const auto file = env.dir.write("metrics.txt", text);
@@ -344,7 +347,7 @@ TEST_CASE("a real Prometheus scrapes a replica and answers a query on an scg met
           "[integration][observability][prometheus]") {
   require_tool(prometheus, "prometheus");
   one_replica env;
-  REQUIRE(!backend_for_session(env.gw.grpc_port, "scraped-1", "sam").empty());
+  REQUIRE(!backend_for_session(env.gw.grpc_port, uuid_of("scraped-1"), "sam").empty());
   const int prom_port = free_port();
   const auto config = env.dir.write(
       "prometheus.yml", "global: { scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s }\n"

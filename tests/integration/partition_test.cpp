@@ -120,13 +120,16 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
 
   // Sessions before the partition, and a known imbalance: fake-a holds two more.
   std::map<std::string, std::string> bound;
-  for (int i = 0; i < 20; ++i) bound["pre-" + std::to_string(i)] = backend_via("127.0.0.1", r0.grpc_port, "pre-" + std::to_string(i));
+  for (int i = 0; i < 20; ++i) {
+    const auto s = uuid_of("pre-" + std::to_string(i));
+    bound[s] = backend_via("127.0.0.1", r0.grpc_port, s);
+  }
   std::string on_a, on_b;
   for (const auto& [s, b] : bound) (b == "fake-a" ? on_a : on_b) = s;
   REQUIRE(!on_a.empty());
   REQUIRE(!on_b.empty());
-  clone_via(r0.grpc_port, on_a, "pre-clone-1");
-  clone_via(r0.grpc_port, on_a, "pre-clone-2");
+  clone_via(r0.grpc_port, on_a, uuid_of("pre-clone-1"));
+  clone_via(r0.grpc_port, on_a, uuid_of("pre-clone-2"));
   REQUIRE(eventually([&] {
     auto c = counts(net.ns_ip(), r2.admin_port);
     return c["fake-a"] == c["fake-b"] + 2;
@@ -137,14 +140,15 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
                                   up_members("127.0.0.1", r1.admin_port) == 1; }, 5s));
 
   // The root side now makes fake-b the fuller one, then binds "split".
-  for (int i = 0; i < 3; ++i) clone_via(r0.grpc_port, on_b, "root-clone-" + std::to_string(i));
+  for (int i = 0; i < 3; ++i) clone_via(r0.grpc_port, on_b, uuid_of("root-clone-" + std::to_string(i)));
+  const std::string split = uuid_of("split");
   // Either root replica may own "split": both must see fake-b as the fuller.
   REQUIRE(eventually([&] {
     auto c0 = counts("127.0.0.1", r0.admin_port);
     auto c1 = counts("127.0.0.1", r1.admin_port);
     return c0["fake-b"] > c0["fake-a"] && c1["fake-b"] > c1["fake-a"];
   }, 3s));
-  CHECK(backend_via("127.0.0.1", r0.grpc_port, "split") == "fake-a");
+  CHECK(backend_via("127.0.0.1", r0.grpc_port, split) == "fake-a");
   // The cut-off replica serves its side: an existing session and "split",
   // which it places on fake-b, still the emptier one there.
   process in_ns_old{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
@@ -152,7 +156,7 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
                     dir.file("ns-client-old.log")};
   CHECK(in_ns_old.wait(15s) == 0);
   process in_ns{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
-                 net.ns_ip() + ":" + std::to_string(r2.grpc_port), "--session", "split", "--user", "pat"},
+                 net.ns_ip() + ":" + std::to_string(r2.grpc_port), "--session", split, "--user", "pat"},
                 dir.file("ns-client.log")};
   CHECK(in_ns.wait(15s) == 0);
 
@@ -160,7 +164,7 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
   auto t0 = std::chrono::steady_clock::now();
   // All replicas agree on every session, "split" included, within 5 s.
   auto agree = [&] {
-    for (const auto& s : {std::string("split"), on_a, on_b, std::string("root-clone-0")}) {
+    for (const auto& s : {split, on_a, on_b, uuid_of("root-clone-0")}) {
       auto b0 = backend_via("127.0.0.1", r0.grpc_port, s);
       if (b0.empty() || b0 != backend_via("127.0.0.1", r1.grpc_port, s) ||
           b0 != backend_via(net.ns_ip(), r2.grpc_port, s))
@@ -204,17 +208,18 @@ TEST_CASE("a clone's binding that reaches its owner after the clone was released
   // A clone id whose key o-0 owns: o-1 announces the clone to it (decide).
   std::string child;
   for (int i = 0; i < 100 && child.empty(); ++i) {
-    const std::string id = "late-clone-" + std::to_string(i);
+    const std::string id = uuid_of("late-clone-" + std::to_string(i));
     if (scg::core::owner_of(scg::core::session_key{"default", "pat", id}.str(), {"o-0", "o-1"}) == "o-0") child = id;
   }
   REQUIRE(!child.empty());
-  REQUIRE(!backend_via(net.ns_ip(), cloner.grpc_port, "late-parent").empty());
+  const std::string parent = uuid_of("late-parent");
+  REQUIRE(!backend_via(net.ns_ip(), cloner.grpc_port, parent).empty());
 
   net.cut();
   // o-1 clones: binds the child, sends its announcement toward o-0 (stuck),
   // and answers its client after the 1 s it waits for o-0.
   process clone{{net.inside()[0], "netns", "exec", net.inside()[3], bin("scg-demo-client"),
-                 net.ns_ip() + ":" + std::to_string(cloner.grpc_port), "--clone", "late-parent", child, "--user",
+                 net.ns_ip() + ":" + std::to_string(cloner.grpc_port), "--clone", parent, child, "--user",
                  "pat"},
                 dir.file("ns-clone.log")};
   std::this_thread::sleep_for(500ms);

@@ -30,7 +30,7 @@ std::map<std::string, double> utilizations(const gateway& gw) {
 
 std::map<std::string, int> place_new(const gateway& gw, const std::string& prefix, int n) {
   std::map<std::string, int> out;
-  for (int i = 0; i < n; ++i) ++out[backend_for_session(gw.grpc_port, prefix + std::to_string(i), "vic")];
+  for (int i = 0; i < n; ++i) ++out[backend_for_session(gw.grpc_port, uuid_of(prefix + std::to_string(i)), "vic")];
   return out;
 }
 
@@ -123,8 +123,8 @@ TEST_CASE("a killed backend gets no new sessions within 2 probe intervals - call
                           "killed");
   std::vector<std::string> on_doomed;
   for (int i = 0; i < 10; ++i)
-    if (backend_for_session(gw.grpc_port, "k-" + std::to_string(i), "vic") == "fake-doomed")
-      on_doomed.push_back("k-" + std::to_string(i));
+    if (const auto s = uuid_of("k-" + std::to_string(i)); backend_for_session(gw.grpc_port, s, "vic") == "fake-doomed")
+      on_doomed.push_back(s);
   REQUIRE(!on_doomed.empty());
 
   // A query streaming from the backend when it dies.
@@ -132,10 +132,7 @@ TEST_CASE("a killed backend gets no new sessions within 2 probe intervals - call
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-fake-responses", "100");
   ctx.AddMetadata("x-fake-delay-ms", "50");
-  sc::ExecutePlanRequest req;
-  req.set_session_id(on_doomed[0]);
-  *req.mutable_user_context() = user("vic");
-  auto reader = stub->ExecutePlan(&ctx, req);
+  auto reader = stub->ExecutePlan(&ctx, execute(on_doomed[0], "vic"));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
 

@@ -63,7 +63,7 @@ grpc::Status tls_config(int port, const std::string& ca, const std::string& cert
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   sc::ConfigRequest req;
-  req.set_session_id("tls-session");
+  req.set_session_id(uuid_of("tls-session"));
   *req.mutable_user_context() = user("tess");
   sc::ConfigResponse resp;
   return stub->Config(&ctx, req, &resp);
@@ -83,7 +83,7 @@ TEST_CASE("the front door speaks TLS, and mutual TLS with a client CA", "[integr
                            "tls");
   CHECK(tls_config(tls.grpc_port, pki.file("ca.pem")).ok());
   grpc::Status plain;
-  backend_for_session(tls.grpc_port, "plain", "tess", &plain);
+  backend_for_session(tls.grpc_port, uuid_of("plain"), "tess", &plain);
   CHECK(plain.error_code() == grpc::StatusCode::UNAVAILABLE);  // a plaintext client gets no answer
   CHECK_FALSE(tls_config(tls.grpc_port, pki.file("other-ca.pem")).ok());  // nor one that trusts another CA
 
@@ -121,7 +121,9 @@ answer config_with(int port, const std::string& token, const std::string& sessio
   answer a;
   a.status = stub->Config(&ctx, req, &resp);
   a.backend_user = header(ctx, "x-fake-user");
+  // An error answer may come as trailers only: the backend's name is then a trailer.
   a.backend = header(ctx, "x-fake-backend");
+  if (a.backend.empty()) a.backend = header(ctx, "x-fake-backend", true);
   a.response = resp.SerializeAsString();
   return a;
 }
@@ -163,16 +165,16 @@ TEST_CASE("static tokens: only known callers pass, as themselves, and the backen
                                        "    - { token: tok-bob-0123456789, user_id: bob, tenant: team-b }\n"
                                        "backend_token: { kind: file, path: \"" + token_file + "\" }\n"),
                           "static-auth");
-  auto none = config_with(gw.grpc_port, "", "s1", "alice");
+  auto none = config_with(gw.grpc_port, "", uuid_of("s1"), "alice");
   CHECK(none.status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(none.status.error_message() == "scg: missing bearer token");
-  auto wrong = config_with(gw.grpc_port, "tok-guess-9999", "s1", "alice");
+  auto wrong = config_with(gw.grpc_port, "tok-guess-9999", uuid_of("s1"), "alice");
   CHECK(wrong.status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(wrong.status.error_message().find("tok-guess") == std::string::npos);
 
   // alice claims to be mallory in the message: the backend sees alice, and
   // accepts the call because scg presents the backend token, not alice's.
-  auto ok = config_with(gw.grpc_port, "tok-alice-0123456789", "s1", "mallory");
+  auto ok = config_with(gw.grpc_port, "tok-alice-0123456789", uuid_of("s1"), "mallory");
   REQUIRE(ok.status.ok());
   CHECK(ok.backend_user == "team-a:alice");  // qualified by its tenant (tenants.spark_user_id)
   CHECK(ok.response.find("fake-secret-token") == std::string::npos);  // redacted
@@ -181,10 +183,10 @@ TEST_CASE("static tokens: only known callers pass, as themselves, and the backen
 
   // Every message of a stream carries the verified user (the fake refuses an
   // upload whose messages name different users, as a direct call shows).
-  CHECK(upload_as(gw.grpc_port, "tok-alice-0123456789", "s1", {"mallory", "eve", "alice"}).ok());
-  auto direct = upload_as(backend.grpc_port, "backend-secret-1", "s1", {"mallory", "eve"});
+  CHECK(upload_as(gw.grpc_port, "tok-alice-0123456789", uuid_of("s1"), {"mallory", "eve", "alice"}).ok());
+  auto direct = upload_as(backend.grpc_port, "backend-secret-1", uuid_of("s1"), {"mallory", "eve"});
   CHECK(direct.error_code() == grpc::StatusCode::INVALID_ARGUMENT);  // sanity: the fake's check is real
-  CHECK(upload_as(backend.grpc_port, "", "s1", {"alice"}).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(upload_as(backend.grpc_port, "", uuid_of("s1"), {"alice"}).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 
   // The session key holds the tenant and the verified user.
   auto sessions = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?tenant=team-a").second);
@@ -211,8 +213,8 @@ TEST_CASE("tenants from a header pick their own backend pools - unknown tenants 
                           "tenants");
   std::set<std::string> used_a, used_b;
   for (int i = 0; i < 8; ++i) {
-    auto a = config_with(gw.grpc_port, "", "ta-" + std::to_string(i), "u", {{"x-tenant", "team-a"}});
-    auto b = config_with(gw.grpc_port, "", "tb-" + std::to_string(i), "u", {{"x-tenant", "team-b"}});
+    auto a = config_with(gw.grpc_port, "", uuid_of("ta-" + std::to_string(i)), "u", {{"x-tenant", "team-a"}});
+    auto b = config_with(gw.grpc_port, "", uuid_of("tb-" + std::to_string(i)), "u", {{"x-tenant", "team-b"}});
     REQUIRE(a.status.ok());
     REQUIRE(b.status.ok());
     used_a.insert(a.backend);
@@ -220,24 +222,26 @@ TEST_CASE("tenants from a header pick their own backend pools - unknown tenants 
   }
   CHECK(used_a == std::set<std::string>{"fake-a1", "fake-a2"});
   CHECK(used_b == std::set<std::string>{"fake-b1"});
-  // A call with no session id is spread over its tenant's pool only.
+  // A call with no session id is spread over its tenant's pool only (where
+  // the backend refuses it, as Spark does: the empty id is no UUID).
   std::set<std::string> unbound_a, unbound_b;
   for (int i = 0; i < 6; ++i) {
     auto a = config_with(gw.grpc_port, "", "", "u", {{"x-tenant", "team-a"}});
     auto b = config_with(gw.grpc_port, "", "", "u", {{"x-tenant", "team-b"}});
+    CHECK(a.status.error_message().find("INVALID_HANDLE.FORMAT") != std::string::npos);
     unbound_a.insert(a.backend);
     unbound_b.insert(b.backend);
   }
   CHECK(unbound_a == std::set<std::string>{"fake-a1", "fake-a2"});
   CHECK(unbound_b == std::set<std::string>{"fake-b1"});
   // The same session id in two tenants is two sessions.
-  auto same_a = config_with(gw.grpc_port, "", "shared", "u", {{"x-tenant", "team-a"}});
-  auto same_b = config_with(gw.grpc_port, "", "shared", "u", {{"x-tenant", "team-b"}});
+  auto same_a = config_with(gw.grpc_port, "", uuid_of("shared"), "u", {{"x-tenant", "team-a"}});
+  auto same_b = config_with(gw.grpc_port, "", uuid_of("shared"), "u", {{"x-tenant", "team-b"}});
   CHECK(same_a.backend != same_b.backend);
-  auto missing = config_with(gw.grpc_port, "", "tx", "u");
+  auto missing = config_with(gw.grpc_port, "", uuid_of("tx"), "u");
   CHECK(missing.status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(missing.status.error_message() == "scg: missing tenant");
-  auto unknown = config_with(gw.grpc_port, "", "tx", "u", {{"x-tenant", "team-z"}});
+  auto unknown = config_with(gw.grpc_port, "", uuid_of("tx"), "u", {{"x-tenant", "team-z"}});
   CHECK(unknown.status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(unknown.status.error_message() == "scg: unknown tenant");
 }
@@ -260,7 +264,7 @@ TEST_CASE("a tenant's request flood is cut by its rate limit while another tenan
   for (int t = 0; t < 4; ++t)
     flood.emplace_back([&, t] {
       for (int i = 0; !stop && i < 100000; ++i) {
-        auto a = config_with(gw.grpc_port, "", "noisy-" + std::to_string(t), "n", {{"x-tenant", "noisy"}});
+        auto a = config_with(gw.grpc_port, "", uuid_of("noisy-" + std::to_string(t)), "n", {{"x-tenant", "noisy"}});
         if (a.status.ok()) {
           ++flood_ok;
         } else if (a.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
@@ -282,7 +286,7 @@ TEST_CASE("a tenant's request flood is cut by its rate limit while another tenan
   std::vector<double> quiet_ms;
   for (int i = 0; i < 20; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    auto a = config_with(gw.grpc_port, "", "quiet", "q", {{"x-tenant", "quiet"}});
+    auto a = config_with(gw.grpc_port, "", uuid_of("quiet"), "q", {{"x-tenant", "quiet"}});
     quiet_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     quiet_ok += a.status.ok();
     std::this_thread::sleep_for(100ms);  // the quiet tenant's pace is the test: 10 calls a second
@@ -314,12 +318,13 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
                                        "max_execution_secs: 1 }\n"),
                           "bulkhead");
   const std::map<std::string, std::string> team{{"x-tenant", "team-a"}};
-  for (int i = 0; i < 3; ++i) CHECK(config_with(gw.grpc_port, "", "b-" + std::to_string(i), "u", team).status.ok());
-  auto fourth = config_with(gw.grpc_port, "", "b-3", "u", team);
+  for (int i = 0; i < 3; ++i)
+    CHECK(config_with(gw.grpc_port, "", uuid_of("b-" + std::to_string(i)), "u", team).status.ok());
+  auto fourth = config_with(gw.grpc_port, "", uuid_of("b-3"), "u", team);
   CHECK(fourth.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(fourth.status.error_message().find("max_sessions") != std::string::npos);
-  CHECK(config_with(gw.grpc_port, "", "b-0", "u", team).status.ok());  // existing sessions go on
-  CHECK(config_with(gw.grpc_port, "", "other", "u", {{"x-tenant", "team-b"}}).status.ok());  // other tenants too
+  CHECK(config_with(gw.grpc_port, "", uuid_of("b-0"), "u", team).status.ok());  // existing sessions go on
+  CHECK(config_with(gw.grpc_port, "", uuid_of("other"), "u", {{"x-tenant", "team-b"}}).status.ok());  // other tenants
 
   // A runaway query: 100 responses 100 ms apart would take 10 s.
   auto stub = stub_to(gw.grpc_port);
@@ -327,7 +332,8 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   ctx.AddMetadata("x-tenant", "team-a");
   ctx.AddMetadata("x-fake-responses", "100");
   ctx.AddMetadata("x-fake-delay-ms", "100");
-  auto reader = stub->ExecutePlan(&ctx, execute("b-0", "u", "runaway-op"));
+  const std::string runaway = uuid_of("runaway-op");
+  auto reader = stub->ExecutePlan(&ctx, execute(uuid_of("b-0"), "u", runaway));
   sc::ExecutePlanResponse r;
   REQUIRE(reader->Read(&r));
   CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 1);
@@ -335,7 +341,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   {
     grpc::ClientContext ctx2;
     ctx2.AddMetadata("x-tenant", "team-a");
-    auto second = stub->ExecutePlan(&ctx2, execute("b-1", "u"));
+    auto second = stub->ExecutePlan(&ctx2, execute(uuid_of("b-1"), "u"));
     while (second->Read(&r)) {
     }
     auto s2 = second->Finish();
@@ -349,13 +355,13 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
   // RESOURCE_EXHAUSTED without RetryInfo: no Spark client retries or reattaches it.
   CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(status.error_message().find("max_execution_secs") != std::string::npos);
-  CHECK(status.error_message().find("runaway-op") != std::string::npos);
+  CHECK(status.error_message().find(runaway) != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
   {
     // A reattach of the killed operation is told the same, not forwarded.
     grpc::ClientContext rctx;
     rctx.AddMetadata("x-tenant", "team-a");
-    auto again = stub->ReattachExecute(&rctx, reattach("b-0", "u", "runaway-op", ""));
+    auto again = stub->ReattachExecute(&rctx, reattach(uuid_of("b-0"), "u", runaway, ""));
     while (again->Read(&r)) {
     }
     auto rs = again->Finish();
@@ -381,18 +387,18 @@ TEST_CASE("when every backend is too busy, new sessions are shed with a retry de
                           gateway_yaml({&backend}, "placement: { poll_interval_ms: 100, ewma_alpha: 1.0, "
                                                    "shed_above: 0.8 }\n"),
                           "shed");
-  REQUIRE(config_with(gw.grpc_port, "", "before", "u").status.ok());
+  REQUIRE(config_with(gw.grpc_port, "", uuid_of("before"), "u").status.ok());
   auto body = nlohmann::json{{"slots", 4}, {"active", 4}, {"pending", 4}}.dump();
   REQUIRE(http_post(backend.ui_port, "/fake/load", body).first == 200);
   REQUIRE(eventually([&] {
     auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
     return j["backends"][0]["score"].get<double>() > 0.8;
   }, 5s));
-  auto shed = config_with(gw.grpc_port, "", "after", "u");
+  auto shed = config_with(gw.grpc_port, "", uuid_of("after"), "u");
   CHECK(shed.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   google::rpc::Status details;
   REQUIRE(details.ParseFromString(shed.status.error_details()));
   CHECK(details.details(0).type_url() == "type.googleapis.com/google.rpc.RetryInfo");
-  CHECK(config_with(gw.grpc_port, "", "before", "u").status.ok());
+  CHECK(config_with(gw.grpc_port, "", uuid_of("before"), "u").status.ok());
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_shed_total") == 1);
 }

@@ -25,11 +25,7 @@ namespace {
 constexpr const char* execute_path = "/spark.connect.SparkConnectService/ExecutePlan";
 
 std::string execute_body(const std::string& session) {
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user("slow");
-  req.set_plan("plan");
-  return req.SerializeAsString();
+  return execute(session, "slow").SerializeAsString();
 }
 
 /// A client that starts an ExecutePlan with an endless result and then
@@ -66,17 +62,13 @@ struct good_client {
       grpc::Status st;
       if (i % 2 == 0) {
         sc::ConfigRequest req;
-        req.set_session_id("good-" + std::to_string(i % 7));
+        req.set_session_id(uuid_of("good-" + std::to_string(i % 7)));
         *req.mutable_user_context() = user("good");
         sc::ConfigResponse resp;
         st = stub->Config(&ctx, req, &resp);
       } else {
-        sc::ExecutePlanRequest req;
-        req.set_session_id("good-" + std::to_string(i % 7));
-        *req.mutable_user_context() = user("good");
-        req.set_plan("plan");
         ctx.AddMetadata("x-fake-responses", "3");
-        auto reader = stub->ExecutePlan(&ctx, req);
+        auto reader = stub->ExecutePlan(&ctx, execute(uuid_of("good-" + std::to_string(i % 7)), "good"));
         sc::ExecutePlanResponse resp;
         int rows = 0;
         while (reader->Read(&resp) && rows < 100) ++rows;
@@ -151,12 +143,8 @@ quiet_result quiet_execute(int port, const std::string& session, std::chrono::se
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   ctx.AddMetadata("x-fake-responses", std::to_string(responses));
   ctx.AddMetadata("x-fake-delay-ms", std::to_string(delay_ms));
-  sc::ExecutePlanRequest req;
-  req.set_session_id(session);
-  *req.mutable_user_context() = user("quiet");
-  req.set_plan("plan");
   const auto t0 = std::chrono::steady_clock::now();
-  auto reader = stub->ExecutePlan(&ctx, req);
+  auto reader = stub->ExecutePlan(&ctx, execute(session, "quiet"));
   sc::ExecutePlanResponse resp;
   quiet_result r;
   while (reader->Read(&resp) && r.responses < 10) ++r.responses;
@@ -177,7 +165,8 @@ TEST_CASE("stalled readers hold back no other call, and scg holds at most their 
   const long baseline_kib = gw.proc.rss_kib();
 
   std::vector<std::unique_ptr<stalled_reader>> stalled;
-  for (int i = 0; i < 16; ++i) stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, "stalled-" + std::to_string(i)));
+  for (int i = 0; i < 16; ++i)
+    stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, uuid_of("stalled-" + std::to_string(i))));
   for (auto& s : stalled) REQUIRE(s->started);
   // Until every stalled stream has filled its window in scg: the buffered figure climbs and stops.
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_buffered_bytes") > 16L * (2 << 20); }, 10s));
@@ -205,7 +194,8 @@ TEST_CASE("past its share of limits.buffer_mib a worker ends the calls that hold
   auto fake = start_fake(dir, "fake-a");
   auto gw = start_gateway(dir, gateway_yaml({&fake}, "workers: 1\nlimits: { buffer_mib: 16 }\n"));
   std::vector<std::unique_ptr<stalled_reader>> stalled;
-  for (int i = 0; i < 8; ++i) stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, "hog-" + std::to_string(i)));
+  for (int i = 0; i < 8; ++i)
+    stalled.push_back(std::make_unique<stalled_reader>(gw.grpc_port, uuid_of("hog-" + std::to_string(i))));
   for (auto& s : stalled) REQUIRE(s->started);
   REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_buffer_shed_total") >= 4; }, 10s));
   good_client g;
@@ -300,7 +290,7 @@ TEST_CASE("a client connection without streams is told to go away after limits.i
   CHECK(metric_value(gw.admin_port, "scg_conn_idle_closed_total") >= 1);
 
   // A call quiet for 5 s (longer than the idle limit) on its own connection: it ends OK.
-  auto r = quiet_execute(gw.grpc_port, "quiet", 20s, 2, 5000);
+  auto r = quiet_execute(gw.grpc_port, uuid_of("quiet"), 20s, 2, 5000);
   INFO(r.status.error_message());
   CHECK(r.status.ok());
 }
@@ -343,7 +333,8 @@ TEST_CASE("a backend that stops answering (SIGSTOP) fails its calls UNAVAILABLE 
   // Find a session on fake-a.
   std::string session;
   for (int i = 0; i < 40 && session.empty(); ++i)
-    if (backend_for_session(gw.grpc_port, "ka-" + std::to_string(i), "quiet") == "fake-a") session = "ka-" + std::to_string(i);
+    if (const auto s = uuid_of("ka-" + std::to_string(i)); backend_for_session(gw.grpc_port, s, "quiet") == "fake-a")
+      session = s;
   REQUIRE_FALSE(session.empty());
 
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
@@ -371,8 +362,8 @@ TEST_CASE("a backend behind a cut link fails its calls UNAVAILABLE within keepal
   auto gw = start_gateway(dir, gateway_yaml({&far, &near}, "keepalive: { interval_secs: 2, timeout_secs: 2 }\n"));
   std::string session;
   for (int i = 0; i < 40 && session.empty(); ++i)
-    if (backend_for_session(gw.grpc_port, "cut-" + std::to_string(i), "quiet") == "fake-far")
-      session = "cut-" + std::to_string(i);
+    if (const auto s = uuid_of("cut-" + std::to_string(i)); backend_for_session(gw.grpc_port, s, "quiet") == "fake-far")
+      session = s;
   REQUIRE_FALSE(session.empty());
   auto call = std::async(std::launch::async, [&] { return quiet_execute(gw.grpc_port, session, 60s); });
   // The call is open at the backend, between responses.
@@ -390,7 +381,8 @@ TEST_CASE("a backend behind a cut link fails its calls UNAVAILABLE within keepal
       if (b["name"] == "fake-far") return !b["healthy"].get<bool>();
     return false;
   }, 5s));
-  for (int i = 0; i < 10; ++i) CHECK(backend_for_session(gw.grpc_port, "after-" + std::to_string(i), "new") == "fake-near");
+  for (int i = 0; i < 10; ++i)
+    CHECK(backend_for_session(gw.grpc_port, uuid_of("after-" + std::to_string(i)), "new") == "fake-near");
   link.heal();
 }
 
@@ -413,7 +405,7 @@ TEST_CASE("a call quiet for many keepalive intervals stays within a gRPC server'
   auto fake = start_fake(dir, "fake-a");
   auto gw = start_gateway(dir, gateway_yaml({&fake}, "keepalive: { interval_secs: 1, timeout_secs: 1 }\n"));
   // 9 quiet seconds before each of 2 results: 9 chances to PING.
-  auto r = quiet_execute(gw.grpc_port, "patient", 30s, 2, 9000);
+  auto r = quiet_execute(gw.grpc_port, uuid_of("patient"), 30s, 2, 9000);
   INFO(r.status.error_message());
   CHECK(r.status.ok());
   CHECK(r.responses >= 2);  // two results (and result_complete)
@@ -499,7 +491,7 @@ TEST_CASE("an upload to a backend that stops reading holds its stream window in 
   std::string session;
   for (int k = 0; k < 4 && session.empty(); ++k) {
     grpc::Status st;
-    const auto name = "up-" + std::to_string(k);
+    const auto name = uuid_of("up-" + std::to_string(k));
     if (backend_for_session(gw.grpc_port, name, "uploader", &st).empty() &&
         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
       session = name;
@@ -531,8 +523,8 @@ TEST_CASE("an upload to a backend that stops reading holds its stream window in 
   good_client g;
   std::vector<std::string> on_a;
   for (int k = 0; k < 64 && on_a.size() < 4; ++k)
-    if (backend_for_session(gw.grpc_port, "a-" + std::to_string(k), "good") == "fake-a")
-      on_a.push_back("a-" + std::to_string(k));
+    if (const auto s = uuid_of("a-" + std::to_string(k)); backend_for_session(gw.grpc_port, s, "good") == "fake-a")
+      on_a.push_back(s);
   REQUIRE(on_a.size() == 4);
   auto stub = stub_to(gw.grpc_port);
   for (int i = 0; i < 100; ++i) {

@@ -206,11 +206,9 @@ class traffic {
       ctx.set_deadline(std::chrono::system_clock::now() + 10s);
       ctx.AddMetadata("x-fake-responses", "6");
       ctx.AddMetadata("x-fake-stream-max-responses", "2");
+      // Reattachable (execute's default, as PySpark asks): only such a stream is cut.
       auto req = execute(id, "rolling", op);
       req.set_client_observed_server_side_session_id(known.server_side_id);
-      // request_options (5) { reattach_options (1) { reattachable (1): true } }, as PySpark sends.
-      std::string body = req.SerializeAsString() + std::string("\x2a\x04\x0a\x02\x08\x01", 6);
-      req.ParseFromString(body);
       auto reader = stub_to(ports_[first])->ExecutePlan(&ctx, req);
       sc::ExecutePlanResponse r;
       while (reader->Read(&r)) last = r.response_id();
@@ -264,7 +262,7 @@ class traffic {
       }
       const auto dice = rng() % 100;
       if (mine.empty() || dice < 25) {
-        mine.push_back("roll-" + std::to_string(t) + "-" + std::to_string(n));
+        mine.push_back(uuid_of("roll-" + std::to_string(t) + "-" + std::to_string(n)));
         config(ports_[i], mine.back(), nullptr);
       } else {
         const auto& id = mine[rng() % mine.size()];
@@ -281,7 +279,7 @@ class traffic {
         if (dice < 92)
           config(ports_[i], id, &known);
         else
-          execute_and_reattach(rng, i, id, known, "op-" + id + "-" + std::to_string(n));
+          execute_and_reattach(rng, i, id, known, uuid_of("op-" + id + "-" + std::to_string(n)));
       }
       release(i);
     }

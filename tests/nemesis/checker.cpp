@@ -55,6 +55,7 @@ struct checker {
   const windows& w;
   report r;
   std::set<std::string> changed;  ///< sessions counted in check_sessions (allowed or not)
+  std::set<std::string> tolerated_sessions;  ///< of those, the ones allowed (bound while replicas disagreed)
 
   void example(const std::string& text) {
     if (r.examples.size() < max_examples()) r.examples.push_back(text);
@@ -86,6 +87,14 @@ struct checker {
       if ((stops_replica(f.kind) || f.kind == "join") && (hit_a || hit_b)) return f.kind;
     }
     return {};
+  }
+
+  /// A release_session of `c`'s session started before `c` did.
+  static bool release_tried(const call& c, const std::map<std::string, std::vector<const call*>>& sessions) {
+    auto it = sessions.find(c.session);
+    if (it == sessions.end()) return false;
+    return std::any_of(it->second.begin(), it->second.end(),
+                       [&](const call* o) { return o->rpc == "release_session" && o->start_ms < c.start_ms; });
   }
 
   /// Backend `name` was killed between t0 and t1 (its state is gone).
@@ -143,7 +152,7 @@ struct checker {
     std::set<std::string> tolerated_ops;
     check_sessions(sessions);
     check_ops(ops, tolerated_ops);
-    check_failures(ops, tolerated_ops);
+    check_failures(sessions, ops, tolerated_ops);
     check_finals(sessions, released);
     for (const auto& heal : h.heals) {
       if (heal.after_ms < 0 || heal.after_ms > w.converge_limit_ms) {
@@ -177,6 +186,7 @@ struct checker {
       if (!disagreed && !changed) continue;
       this->changed.insert(id);
       if (born_disturbed) {
+        tolerated_sessions.insert(id);
         ++(disagreed ? r.allowed_disagreements : r.allowed_session_changes);
         continue;
       }
@@ -224,7 +234,8 @@ struct checker {
     }
   }
 
-  void check_failures(const std::map<std::string, std::vector<const call*>>& ops,
+  void check_failures(const std::map<std::string, std::vector<const call*>>& sessions,
+                      const std::map<std::string, std::vector<const call*>>& ops,
                       const std::set<std::string>& tolerated_ops) {
     for (const auto& c : h.calls) {
       if (c.code == 0) continue;
@@ -234,14 +245,22 @@ struct checker {
       ++r.failures_by_status[std::to_string(c.code) + (cls.empty() ? "" : " " + cls)];
       bool allowed = fault_explains(c) || unsettled_explains(c);
       if (!allowed && c.code == code_internal && forgotten_handle(cls) && !c.backend.empty()) {
-        // The backend lost the handle in a restart since it was made.
+        // The backend lost the handle in a restart since it was made: the
+        // operation, or (a clone's parent, say) the session.
         std::int64_t made = c.start_ms;
         if (!c.op.empty()) {
           auto it = ops.find(c.op);
           if (it != ops.end()) made = it->second.front()->start_ms;
           allowed = tolerated_ops.count(c.op) > 0;
+        } else if (auto it = sessions.find(c.session); it != sessions.end()) {
+          made = it->second.front()->start_ms;
+          // Bound to two backends, as a partition allows: the second never had it.
+          allowed = tolerated_sessions.count(c.session) > 0;
         }
         allowed = allowed || backend_restarted(c.backend, made - w.before_ms, c.end_ms);
+        // A release the client saw fail may have closed the session on its
+        // backend all the same; the client kept using it.
+        allowed = allowed || (cls == "INVALID_HANDLE.SESSION_CLOSED" && release_tried(c, sessions));
       }
       if (allowed) {
         ++r.allowed_failures;

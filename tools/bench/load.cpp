@@ -81,6 +81,17 @@ std::string session_uuid(uint64_t nonce, uint64_t n) {
   return buf;
 }
 
+/// An ExecutePlan of `session` by the bench user, reattachable as PySpark
+/// asks by default (a Spark server cuts and ends with result_complete only
+/// such an execution).
+sc::ExecutePlanRequest execute_request(const std::string& session) {
+  sc::ExecutePlanRequest request;
+  request.set_session_id(session);
+  request.mutable_user_context()->set_user_id(bench_user);
+  request.add_request_options()->mutable_reattach_options()->set_reattachable(true);
+  return request;
+}
+
 /// A channel with its own TCP connection (a private subchannel pool) that takes
 /// responses of any size.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
@@ -372,9 +383,7 @@ int run_stream(cli_args& args) {
   ctx.AddMetadata("x-fake-responses", std::to_string(messages));
   ctx.AddMetadata("x-fake-payload-bytes", std::to_string(message_bytes));
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout));
-  sc::ExecutePlanRequest request;
-  request.set_session_id(session_id);
-  request.mutable_user_context()->set_user_id(bench_user);
+  const auto request = execute_request(session_id);
 
   const double cpu_before = cpu_seconds_of_this_process();
   const auto start = clock_type::now();
@@ -476,9 +485,7 @@ std::unique_ptr<raw_h2::connection> open_stalled_reader(int port, const std::str
   if (!conn->ok()) why = "cannot connect";
   else if (!conn->handshake(settings)) why = "no SETTINGS from the server";
   if (why.empty()) {
-    sc::ExecutePlanRequest request;
-    request.set_session_id(session);
-    request.mutable_user_context()->set_user_id(bench_user);
+    const auto request = execute_request(session);
     const auto block = raw_h2::grpc_request_block(
         "/spark.connect.SparkConnectService/ExecutePlan",
         {{"grpc-timeout", std::to_string(timeout_secs) + "S"},
@@ -526,10 +533,7 @@ class stream_reader {
         if (stopping_) break;
         current_ = &ctx;
       }
-      sc::ExecutePlanRequest request;
-      request.set_session_id(session_);
-      request.mutable_user_context()->set_user_id(bench_user);
-      auto reader = stub_->ExecutePlan(&ctx, request);
+      auto reader = stub_->ExecutePlan(&ctx, execute_request(session_));
       sc::ExecutePlanResponse response;
       std::string operation_id;
       while (reader->Read(&response)) {
