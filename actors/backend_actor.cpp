@@ -32,7 +32,7 @@ std::shared_ptr<backend_state> make_backend(const std::string& name, const std::
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   // Transport windows grow with BDP probing without any throughput gain here
-  // (PERFORMANCE-NOTES.md); keep memory flat.
+  // (docs/performance.md, "Levers applied"); keep memory flat.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);

@@ -290,7 +290,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
     log->warn("sched_slice_not_applied us={} reason=\"{}\"", cfg.limits.sched_slice_us, slice.reason);
   // Debian's abseil is built without NDEBUG: its mutex deadlock detection
   // costs a few percent of every gRPC call scg makes itself (probes,
-  // searches, interrupts; PERFORMANCE-NOTES.md).
+  // searches, interrupts; docs/performance.md, "Levers applied").
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   caf::actor_system_config caf_cfg;

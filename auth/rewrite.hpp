@@ -1,5 +1,5 @@
 #pragma once
-// The two message edits scg makes on purpose (ARCHITECTURE "Verbatim"):
+// The two message edits scg makes on purpose (docs/contract.md, "Verbatim"):
 // the verified identity replaces user_context.user_id in every request, and
 // the backend's own token is redacted from Config responses. Everything else
 // (unknown fields, UserContext.extensions, field order) is kept byte for byte.

@@ -1,7 +1,7 @@
 #pragma once
 // The wire scanner: reads the few routing fields of Spark Connect messages
 // straight from protobuf wire bytes, without parsing plans or building
-// messages. Field numbers are from ../shared/spark-connect-wire.md.
+// messages. Field numbers: docs/spark-wire.md.
 
 #include <cstddef>
 #include <cstdint>

@@ -333,7 +333,7 @@ start_before() {
   wait_routes "$BEFORE_PORT" "$BEFORE_PID" "$WORK/before.log" "scg (before)"
 }
 
-# nginx as gRPC proxy, tuned as PERFORMANCE-NOTES.md "A fair nginx" says. Its
+# nginx as gRPC proxy, tuned as docs/performance.md ("Running the benchmark") says. Its
 # prefix, pid, error log, lock and temp paths are all in $WORK: it writes nothing
 # under /etc, /var or /run, and runs in the foreground as our child (as the
 # current user: when that is root, `user` keeps the workers root too, since they

@@ -541,7 +541,7 @@ def check_versions():
 # --- examples and host installs
 
 def check_spark_examples(objs):
-    """The Spark Connect pool carries the settings spark-connect-wire.md asks for, takes its token
+    """The Spark Connect pool carries the settings docs/placement.md asks for, takes its token
     from the Secret the chart's backendToken names, admits scg pods, and is what the chart's
     default backends point at."""
     ex = {}

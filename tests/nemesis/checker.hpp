@@ -1,7 +1,7 @@
 #pragma once
 // The nemesis checker: reads the history of a run under randomized faults
 // (tests/integration/nemesis_test.cpp writes it, one JSON object a line) and
-// counts what broke ARCHITECTURE.md's invariants 1-4. Pure: no processes, no
+// counts what broke docs/contract.md's invariants 1-4. Pure: no processes, no
 // network (tests/unit/nemesis_checker_test.cpp feeds it made-up histories).
 // What counts as allowed under which fault: docs/cluster.md, "Under faults".
 
