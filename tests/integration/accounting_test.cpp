@@ -151,7 +151,7 @@ TEST_CASE("usage per tenant equals what the clients received and what the backen
 
   // Calls are counted when they end, a moment after the client has its status.
   const auto rows_a = tenant_series("scg_tenant_result_rows_total", "team-a");
-  REQUIRE(eventually([&] { return metric_value(admin, rows_a) == a.rows; }, 5s));
+  REQUIRE(eventually(metric(admin, rows_a) == a.rows, 5s));
   CHECK(a.rows == 4 * 25 + 2 * 1000 + 3 * 7);
   CHECK(metric_value(admin, tenant_series("scg_tenant_result_bytes_total", "team-a")) == a.bytes);
   CHECK(metric_value(admin, tenant_series("scg_tenant_executions_total", "team-a")) == 3);
@@ -217,8 +217,7 @@ TEST_CASE("prometheus_users shows the top users, and pools show what placement s
   for (int i = 0; i < 3; ++i) REQUIRE(config_call(port, "tok-alice-0123456789", uuid_of("a-1"), "alice").ok());
   REQUIRE(config_call(port, "tok-bob-0123456789", uuid_of("b-1"), "bob").ok());
   // team-a has no pool: with pools configured it is the default tenant (on_unknown_tenant: use_default).
-  REQUIRE(eventually(
-      [&] { return metric_value(admin, "scg_user_rpcs_total{tenant=\"default\",user=\"alice\"}") == 3; }, 5s));
+  REQUIRE(eventually(metric(admin, "scg_user_rpcs_total{tenant=\"default\",user=\"alice\"}") == 3, 5s));
   CHECK(metric_value(admin, "scg_user_rpcs_total{tenant=\"team-b\",user=\"bob\"}") == -1);  // not in the top 1
 
   CHECK(metric_value(admin, "scg_pool_backends{pool=\"_all\"}") == 2);

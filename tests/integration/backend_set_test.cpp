@@ -70,7 +70,7 @@ TEST_CASE("SIGHUP reloads the backend list - a bad file is refused and the runni
   // A file that does not parse changes nothing, and says why.
   dir.write("reload.yaml", gateway_yaml({&a, &b, &c}) + "placement: { strategy: fastest }\n");
   gw.proc.signal(SIGHUP);
-  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_config_reload_failures_total") == 1; }, 5s));
+  REQUIRE(eventually(metric(gw.admin_port, "scg_config_reload_failures_total") == 1, 5s));
   CHECK(is_removed(gw, "fake-a"));
   CHECK(is_live(gw, "fake-c"));
   CHECK(log_text(gw).find("reload_rejected") != std::string::npos);
@@ -130,7 +130,7 @@ TEST_CASE("a resolve: all backend is one backend per address, following the name
 
   // The name stops resolving: nothing is dropped, the failure is counted.
   dir.write("hosts", "127.0.0.1 localhost\n");
-  REQUIRE(eventually([&] { return metric_value(gw.admin_port, "scg_backend_resolve_failures_total") >= 1; }, 4s));
+  REQUIRE(eventually(metric(gw.admin_port, "scg_backend_resolve_failures_total") >= 1, 4s));
   CHECK(is_live(gw, p3));
   CHECK(is_live(gw, p4));
 }

@@ -597,7 +597,7 @@ TEST_CASE("a session released through any replica is forgotten on every replica"
   req.set_session_id(uuid_of("rel-0"));
   *req.mutable_user_context() = user("ursula");
   sc::ReleaseSessionResponse resp;
-  eventually([&] { return metric_value(env.replicas[1]->admin_port, "scg_sessions_active") >= 4; }, 3s);
+  eventually(metric(env.replicas[1]->admin_port, "scg_sessions_active") >= 4, 3s);
   REQUIRE(stub->ReleaseSession(&ctx, req, &resp).ok());
   auto settled = [&] {
     return metric_value(env.replicas[0]->admin_port, "scg_sessions_active") == 3 &&
@@ -740,7 +740,7 @@ TEST_CASE("a second replica with the same node_name is refused and reported", "[
   auto second = start_gateway(dir, gateway_yaml({&a}, cluster_block("twin", {first.cluster_port})), "twin-1");
   auto reported = [&] { return metric_value(second.admin_port, "scg_cluster_duplicate_names_total") >= 1; };
   CHECK(eventually(reported, 5s));
-  CHECK(eventually([&] { return metric_value(first.admin_port, "scg_cluster_duplicate_names_total") >= 1; }, 5s));
+  CHECK(eventually(metric(first.admin_port, "scg_cluster_duplicate_names_total") >= 1, 5s));
   auto j = nlohmann::json::parse(http_get(first.admin_port, "/api/v1/cluster").second);
   CHECK(j["members"].size() <= 1);  // itself at most: the twin is no member
 }

@@ -276,7 +276,7 @@ TEST_CASE("the watched config file follows a ConfigMap symlink swap and keeps th
 
   // A file that does not parse changes nothing and is logged once, however often it is looked at.
   publish(gateway_yaml({&b}, extra) + "placement: { strategy: fastest }\n");
-  REQUIRE(eventually([&] { return metric_value(admin, "scg_config_reload_failures_total") == 1; }, 8s));
+  REQUIRE(eventually(metric(admin, "scg_config_reload_failures_total") == 1, 8s));
   std::this_thread::sleep_for(3s);  // three more looks at the same bad file
   CHECK(metric_value(admin, "scg_config_reload_failures_total") == 1);
   CHECK(occurrences(read_file(log), "reload_rejected") == 1);

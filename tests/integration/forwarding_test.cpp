@@ -224,7 +224,7 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
     check(ctx, status, resp.session_id(), resp.server_side_session_id());
   }
   // scg learned and forgot what it should have.
-  CHECK(eventually([&] { return metric_value(env.gw.admin_port, "scg_router_sessions_released_total") >= 1; }, 5s));
+  CHECK(eventually(metric(env.gw.admin_port, "scg_router_sessions_released_total") >= 1, 5s));
   CHECK(metric_value(env.gw.admin_port, "scg_router_sessions_released_total") == 1);
   CHECK(metric_value(env.gw.admin_port, "scg_router_operations_released_total") == 1);
   CHECK(metric_value(env.gw.admin_port, "scg_router_clones_bound_total") == 1);
@@ -601,7 +601,7 @@ TEST_CASE("the admin endpoint reports health, readiness, backends and metrics", 
   }
   CHECK(names == std::set<std::string>{"fake-a", "fake-b", "fake-c"});
   // A call is counted when it is done on scg's side, a moment after the client has its answer.
-  CHECK(eventually([&] { return metric_value(env.gw.admin_port, "scg_forward_rpcs_total{rpc=\"Config\",code=\"OK\"}") == 1; }, 2s));
+  CHECK(eventually(metric(env.gw.admin_port, "scg_forward_rpcs_total{rpc=\"Config\",code=\"OK\"}") == 1, 2s));
   CHECK(metric_value(env.gw.admin_port, "scg_sessions_active") == 1);
 }
 
@@ -638,10 +638,10 @@ TEST_CASE("idle sessions and unseen operations expire after their ttl", "[integr
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
   CHECK(metric_value(gw.admin_port, "scg_operations_active") == 1);
   // The operation goes first, by its own ttl, while its session still lives.
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_operations_active") == 0; }, 8s));
+  CHECK(eventually(metric(gw.admin_port, "scg_operations_active") == 0, 8s));
   CHECK(metric_value(gw.admin_port, "scg_router_operations_expired_total") == 1);
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 5);
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; }, 8s));
+  CHECK(eventually(metric(gw.admin_port, "scg_sessions_active") == 0, 8s));
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 5);
 }
 
@@ -656,7 +656,7 @@ TEST_CASE("a session whose operations were released stays bound without an actor
   auto s = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub,
                        execute(uuid_of("hib-1"), "ines", uuid_of("op-hib")));
   REQUIRE(s.status.ok());
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
+  CHECK(eventually(metric(gw.admin_port, "scg_session_actors") == 1, 2s));
   grpc::ClientContext rctx;
   sc::ReleaseExecuteRequest rel;
   rel.set_session_id(uuid_of("hib-1"));
@@ -666,16 +666,16 @@ TEST_CASE("a session whose operations were released stays bound without an actor
   sc::ReleaseExecuteResponse rresp;
   REQUIRE(stub->ReleaseExecute(&rctx, rel, &rresp).ok());
   // The last operation released: the actor goes, the binding stays.
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 0; }, 2s));
+  CHECK(eventually(metric(gw.admin_port, "scg_session_actors") == 0, 2s));
   CHECK(metric_value(gw.admin_port, "scg_sessions_active") == 1);
   for (int i = 0; i < 5; ++i) CHECK(backend_for_session(gw.grpc_port, uuid_of("hib-1"), "ines") == home);
   // A new operation brings the actor back.
   auto again = read_stream(&sc::SparkConnectService::Stub::ExecutePlan, *stub,
                            execute(uuid_of("hib-1"), "ines", uuid_of("op-hib-2")));
   REQUIRE(again.status.ok());
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_session_actors") == 1; }, 2s));
+  CHECK(eventually(metric(gw.admin_port, "scg_session_actors") == 1, 2s));
   // Idle past its ttl, the session is forgotten with its operation.
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_sessions_active") == 0; }, 8s));
+  CHECK(eventually(metric(gw.admin_port, "scg_sessions_active") == 0, 8s));
   CHECK(metric_value(gw.admin_port, "scg_router_sessions_expired_total") == 1);
   CHECK(metric_value(gw.admin_port, "scg_operations_active") == 0);
   CHECK(metric_value(gw.admin_port, "scg_session_actors") == 0);
@@ -727,8 +727,7 @@ TEST_CASE("a Spark UI that cannot be polled leaves the backend scored on session
                      "placement: { poll_interval_ms: 100 }\nbackends:\n"
                      "  - { name: fake-noui, address: \"" + a.address() + "\", ui_url: \"http://127.0.0.1:1\" }\n";
   auto gw = start_gateway(dir, yaml, "noui");
-  CHECK(eventually(
-      [&] { return metric_value(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3; }, 5s));
+  CHECK(eventually(metric(gw.admin_port, "scg_backend_poll_errors_total{backend=\"fake-noui\"}") >= 3, 5s));
   CHECK(backend_for_session(gw.grpc_port, uuid_of("noui-1"), "rae") == "fake-noui");
   auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/backends").second);
   CHECK(j["backends"][0]["utilization"].is_null());

@@ -491,7 +491,7 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     CHECK(r.status.ok());
     CHECK(r.responses == 3);
   }
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 3s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 3s));
   CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
   CHECK_FALSE(gw.proc.wait(0ms));  // still running
 }
@@ -513,7 +513,7 @@ TEST_CASE("requests that are not gRPC get a clear error at once", "[integration]
       CHECK(r.status.error_message().find(method) != std::string::npos);
       CHECK(std::chrono::steady_clock::now() - t0 < 2s);
     }
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_unimplemented_total") == 3; }, 2s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_unimplemented_total") == 3, 2s));
     // The backend never saw them.
     auto stats = nlohmann::json::parse(http_get(a.ui_port, "/fake/stats").second);
     CHECK_FALSE(stats["rpcs"].contains("/grpc.health.v1.Health/Check"));
@@ -581,7 +581,7 @@ TEST_CASE("requests that are not gRPC get a clear error at once", "[integration]
   grpc::Status s;
   CHECK(backend_for_session(gw.grpc_port, uuid_of("after-junk"), "ned", &s) == "fake-notgrpc");
   CHECK(s.ok());
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 3s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 3s));
   CHECK_FALSE(gw.proc.wait(0ms));
 }
 
@@ -605,7 +605,7 @@ TEST_CASE("300 concurrent ExecutePlan streams on one connection all complete", "
       calls.push_back(
           std::make_unique<async_execute>(*stub, execute(uuid_of("many-" + std::to_string(i)), "mo"), md, 60s));
   // While they run, scg counts them.
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") >= 100; }, 3s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_streams") >= 100, 3s));
   const bool all_done = wait_all(calls, 45s);
   CHECK(all_done);
 
@@ -631,12 +631,13 @@ TEST_CASE("300 concurrent ExecutePlan streams on one connection all complete", "
   CHECK(used.size() == 2);
   // One client connection carried them all.
   CHECK(ch->GetState(false) == GRPC_CHANNEL_READY);
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 5s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 5s));
   CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
   CHECK(backend_in_flight(gw.admin_port, "fake-many-a") == 0);
   CHECK(backend_in_flight(gw.admin_port, "fake-many-b") == 0);
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_rpcs_total{rpc=\"ExecutePlan\",code=\"OK\"}") ==
-        sessions * per_session; }, 3s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_rpcs_total{rpc=\"ExecutePlan\",code=\"OK\"}") ==
+                       sessions * per_session,
+                   3s));
   CHECK(fake_stat(a, "streams_cancelled") + fake_stat(b, "streams_cancelled") == 0);
 }
 
@@ -660,14 +661,14 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     REQUIRE(reader->Read(&r));
     REQUIRE(reader->Read(&r));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 1);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 1; }, 2s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 1, 2s));
     const auto t0 = std::chrono::steady_clock::now();
     ctx.TryCancel();
     int extra = 0;
     while (reader->Read(&r) && extra < 1000) ++extra;
     CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
     CHECK(std::chrono::steady_clock::now() - t0 < 2s);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 0; }, 2s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_streams") == 0, 2s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_calls") == 0);
     CHECK(backend_in_flight(gw.admin_port, "fake-cancel") == 0);
     CHECK(eventually([&] { return fake_stat(a, "streams_cancelled") == before + 1; }, 3s));
@@ -688,7 +689,7 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
     int cancelled = 0;
     for (auto& c : calls) cancelled += c->status().error_code() == grpc::StatusCode::CANCELLED;
     CHECK(cancelled == 40);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 0; }, 3s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_streams") == 0, 3s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_calls") == 0);
     CHECK(backend_in_flight(gw.admin_port, "fake-cancel") == 0);
     CHECK(eventually([&] { return fake_stat(a, "streams_cancelled") == before + 40; }, 3s));
@@ -696,14 +697,14 @@ TEST_CASE("a client that cancels mid-stream frees the call and the backend sees 
   {  // a call waiting on a backend that does not answer at all is freed too
     a.proc.signal(SIGSTOP);
     auto call = std::make_unique<async_execute>(*stub, execute(uuid_of("cancel-1"), "cy"), slow, 60s);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 1; }, 2s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 1, 2s));
     CHECK_FALSE(call->wait(300ms));
     call->cancel();
     CHECK(call->wait(3s));
     a.proc.signal(SIGCONT);
     if (!call->wait(0ms)) call->wait(60s);
     CHECK(call->status().error_code() == grpc::StatusCode::CANCELLED);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 3s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 3s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
     CHECK(backend_in_flight(gw.admin_port, "fake-cancel") == 0);
   }
@@ -782,7 +783,7 @@ TEST_CASE("a backend restarted on the same port is reconnected to", "[integratio
     CHECK(call->status().error_code() == grpc::StatusCode::UNAVAILABLE);
     CHECK(call->status().error_message().find("fake-phoenix") != std::string::npos);
     CHECK(call->responses() >= 1);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 2s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 2s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
     CHECK(backend_in_flight(gw.admin_port, "fake-phoenix") == 0);
     REQUIRE(fake->proc.wait(5s).has_value());
@@ -858,5 +859,5 @@ TEST_CASE("a response over the limit comes after every response the backend sent
   CHECK(status.error_message().find("limits.max_message_bytes") != std::string::npos);
   CHECK(intact == responses.size());
   CHECK(responses.size() == msgs.size() - 1);  // every echo under the limit
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 3s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 3s));
 }

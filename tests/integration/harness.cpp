@@ -1,5 +1,7 @@
 #include "tests/integration/harness.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,10 +328,17 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+long series_value(const std::string& metrics_text, const std::string& series) {
+  auto pos = metrics_text.find("\n" + series + " ");
+  return pos == std::string::npos ? -1 : std::stol(metrics_text.substr(pos + series.size() + 2));
+}
+
 long metric_value(int admin_port, const std::string& series, const std::string& host) {
-  auto body = http_get_at(host, admin_port, "/metrics").second;
-  auto pos = body.find("\n" + series + " ");
-  return pos == std::string::npos ? -1 : std::stol(body.substr(pos + series.size() + 2));
+  return series_value(http_get_at(host, admin_port, "/metrics").second, series);
+}
+
+void note_wait_ended(const std::string& what, std::chrono::milliseconds timeout) {
+  UNSCOPED_INFO(what << " when the wait of " << timeout.count() << " ms ran out");
 }
 
 std::string backend_for_session(int port, const std::string& session, const std::string& user_id,
@@ -476,6 +486,16 @@ void skip_test(const std::string& reason) {
 
 bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
+std::string sh_out(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
 namespace {
 std::string ip_path() {
   for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
@@ -484,14 +504,54 @@ std::string ip_path() {
 }
 }  // namespace
 
+netns_claim::netns_claim(const std::vector<std::string>& prefixes, const std::vector<int>& second_octets) {
+  lock_fd_ = ::open("/tmp/scg-netns.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0) return;
+  // Names in use: namespaces ("NAME" or "NAME (id: N)") and the root namespace's links ("N: NAME@PEER: ...").
+  std::vector<std::string> names;
+  std::istringstream netns(sh_out("ip netns list"));
+  for (std::string line; std::getline(netns, line);) names.push_back(line.substr(0, line.find(' ')));
+  std::istringstream links(sh_out("ip -o link show"));
+  for (std::string line; std::getline(links, line);) {
+    const auto from = line.find(": ");
+    if (from == std::string::npos) continue;
+    names.push_back(line.substr(from + 2, line.find_first_of("@:", from + 2) - from - 2));
+  }
+  const auto taken = [&](const std::string& name) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.rfind(name, 0) == 0 &&
+             (n.size() == name.size() || !std::isdigit(static_cast<unsigned char>(n[name.size()])));
+    });
+  };
+  for (int k = 0; k < 100000 && id_.empty(); ++k) {
+    const auto id = std::to_string((getpid() + k) % 100000);
+    if (std::none_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return taken(p + id); })) id_ = id;
+  }
+  const auto addresses = sh_out("ip -o -4 addr show");
+  for (int k = 0; k < 250 && octet_.empty(); ++k) {
+    const auto octet = std::to_string((getpid() + k) % 250 + 1);
+    if (std::none_of(second_octets.begin(), second_octets.end(), [&](int s) {
+          return addresses.find(" 10." + std::to_string(s) + "." + octet + ".") != std::string::npos;
+        }))
+      octet_ = octet;
+  }
+  ok_ = !id_.empty() && !octet_.empty();
+}
+
+netns_claim::~netns_claim() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // and the lock with it
+}
+
 netns_link::netns_link() {
-  const auto id = std::to_string(getpid() % 100000);
+  netns_claim claim({"scgtest", "scgh", "scgn"}, {251});
+  if (!claim.ok()) return;
+  const auto& id = claim.id();
   ns_ = "scgtest" + id;
   host_if_ = "scgh" + id;
   ns_if_ = "scgn" + id;
-  const auto octet = std::to_string(getpid() % 250 + 1);
-  host_ip_ = "10.251." + octet + ".1";
-  ns_ip_ = "10.251." + octet + ".2";
+  host_ip_ = "10.251." + claim.octet() + ".1";
+  ns_ip_ = "10.251." + claim.octet() + ".2";
+  // Made under the claim: the next test's claim sees these names and the host's address.
   ok_ = sh("ip netns add " + ns_) && sh("ip link add " + host_if_ + " type veth peer name " + ns_if_) &&
         sh("ip link set " + ns_if_ + " netns " + ns_) && sh("ip addr add " + host_ip_ + "/30 dev " + host_if_) &&
         sh("ip link set " + host_if_ + " up") && sh("ip -n " + ns_ + " addr add " + ns_ip_ + "/30 dev " + ns_if_) &&
@@ -499,6 +559,7 @@ netns_link::netns_link() {
 }
 
 netns_link::~netns_link() {
+  if (ns_.empty()) return;  // nothing was made
   sh("ip link del " + host_if_);
   sh("ip netns del " + ns_);
 }

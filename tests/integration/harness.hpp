@@ -7,12 +7,15 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "spark_connect.grpc.pb.h"
@@ -171,12 +174,88 @@ std::string read_file(const std::string& path);
 std::string backend_for_session(int port, const std::string& session, const std::string& user,
                                 grpc::Status* status = nullptr, const std::string& host = "127.0.0.1");
 
-/// Polls `ok` every 50 ms until it holds or `timeout` passes; its last answer.
+/// A value a test waits on, with the name a failure's log gives it; compared
+/// with what the test wants (==, !=, <, <=, >, >=) it is a condition for
+/// eventually() that remembers the last value it read:
+/// `CHECK(eventually(watch("members up", [&] { return up_members(port); }) == 2, 5s))`.
+template <class F>
+struct watched {
+  std::string name;
+  F value;
+};
+
+template <class F>
+watched<F> watch(std::string name, F value) {
+  return {std::move(name), std::move(value)};
+}
+
+/// A Prometheus series of the admin endpoint at host:port to wait on (-1
+/// while absent): `CHECK(eventually(metric(port, "scg_x_total") >= 1, 5s))`.
+inline auto metric(int admin_port, const std::string& series, const std::string& host = "127.0.0.1") {
+  return watch(series, [admin_port, series, host] { return metric_value(admin_port, series, host); });
+}
+
+/// `v` as a failure's log shows it: text quoted (so an empty one shows).
+template <class T>
+std::string shown(const T& v) {
+  std::ostringstream text;
+  if constexpr (std::is_convertible_v<const T&, std::string_view>)
+    text << '\'' << v << '\'';
+  else
+    text << v;
+  return text.str();
+}
+
+/// A watched value compared with the one wanted (see watched).
+template <class F, class V, class Compare>
+struct watched_condition {
+  watched<F> w;
+  V wanted;
+  const char* op;
+  std::string last = "never read";
+
+  bool operator()() {
+    const auto v = w.value();
+    last = shown(v);
+    return Compare{}(v, wanted);
+  }
+  /// What the failure's log says: the last value seen and the one wanted.
+  std::string describe() const { return w.name + " was " + last + ", wanted " + op + " " + shown(wanted); }
+};
+
+#define SCG_WATCHED_COMPARISON(OP, COMPARE)                                      \
+  template <class F, class V>                                                    \
+  watched_condition<F, V, COMPARE> operator OP(watched<F> w, V wanted) {         \
+    return {std::move(w), std::move(wanted), #OP};                               \
+  }
+SCG_WATCHED_COMPARISON(==, std::equal_to<>)
+SCG_WATCHED_COMPARISON(!=, std::not_equal_to<>)
+SCG_WATCHED_COMPARISON(<, std::less<>)
+SCG_WATCHED_COMPARISON(<=, std::less_equal<>)
+SCG_WATCHED_COMPARISON(>, std::greater<>)
+SCG_WATCHED_COMPARISON(>=, std::greater_equal<>)
+#undef SCG_WATCHED_COMPARISON
+
+/// Adds `what` to the log of the test's next assertion (Catch2's
+/// UNSCOPED_INFO): eventually()'s last value when its wait ran out.
+void note_wait_ended(const std::string& what, std::chrono::milliseconds timeout);
+
+template <class F, class = void>
+struct describes_itself : std::false_type {};
+template <class F>
+struct describes_itself<F, std::void_t<decltype(std::declval<const F&>().describe())>> : std::true_type {};
+
+/// Polls `ok` every 50 ms until it holds or `timeout` passes; its last
+/// answer. When `ok` is a watched value compared (watch(), metric()) and
+/// the wait runs out, the assertion around it says the last value seen.
 template <class F>
 bool eventually(F ok, std::chrono::milliseconds timeout) {
   auto until = std::chrono::steady_clock::now() + timeout;
   while (!ok()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
+    if (std::chrono::steady_clock::now() >= until) {
+      if constexpr (describes_itself<F>::value) note_wait_ended(ok.describe(), timeout);
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the poll interval
   }
   return true;
@@ -240,9 +319,43 @@ struct cluster_env {
 /// Runs a shell command quietly; true when it exited 0.
 bool sh(const std::string& cmd);
 
+/// Runs a shell command; what it wrote to stdout (stderr discarded).
+std::string sh_out(const std::string& cmd);
+
+/// The value of `series` in a Prometheus text (a /metrics body); -1 when absent.
+long series_value(const std::string& metrics_text, const std::string& series);
+
+/// What a test's network namespaces may be named and addressed with, free on
+/// this host: chosen while holding a lock on /tmp/scg-netns.lock, which the
+/// claim keeps until it is destroyed, so the test creates its namespaces and
+/// addresses under it and tests running at once (ctest -j) never pick the
+/// same. `id`: no namespace and no link of the root namespace is named
+/// PREFIX+id (or PREFIX+id followed by a non-digit) for any of `prefixes`,
+/// so a namespace a crashed run left behind is stepped around. `octet`: no
+/// address of the root namespace is in 10.S.octet.0/24 for any S of
+/// `second_octets` (each test keeps one address of its range in the root
+/// namespace while it runs, and a crashed run leaves its link there).
+class netns_claim {
+ public:
+  netns_claim(const std::vector<std::string>& prefixes, const std::vector<int>& second_octets);
+  ~netns_claim();
+  netns_claim(const netns_claim&) = delete;
+  netns_claim& operator=(const netns_claim&) = delete;
+  /// False when no free id or octet was found (or the lock could not be taken).
+  bool ok() const { return ok_; }
+  const std::string& id() const { return id_; }
+  const std::string& octet() const { return octet_; }
+
+ private:
+  int lock_fd_ = -1;
+  std::string id_, octet_;
+  bool ok_ = false;
+};
+
 /// A namespace joined to this one by a veth pair: the test's own two hosts.
-/// Addresses are the pair's own /30, used nowhere else. `cut` takes the
-/// host's end down: packets between them vanish, nobody sees a reset.
+/// Addresses are the pair's own /30 in 10.251.X.0/24, X and the names
+/// claimed free (netns_claim). `cut` takes the host's end down: packets
+/// between them vanish, nobody sees a reset.
 class netns_link {
  public:
   netns_link();

@@ -196,7 +196,7 @@ struct hostile_env {
     CHECK_FALSE(gw.proc.wait(0ms));  // still running
     CHECK(client->max_rss_kib() < baseline_rss_kib + rss_margin);
     CHECK(gw.proc.rss_kib() < baseline_rss_kib + rss_margin);
-    CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_calls") == 0; }, 5s));
+    CHECK(eventually(metric(gw.admin_port, "scg_forward_active_calls") == 0, 5s));
     CHECK(metric_value(gw.admin_port, "scg_forward_active_streams") == 0);
     grpc::Status s;
     CHECK(backend_for_session(gw.grpc_port, uuid_of("after-abuse"), "ann", &s) == fake.name);
@@ -475,7 +475,7 @@ TEST_CASE("an oversized header block is refused and never reaches the backend", 
     for (const auto& f : got) CHECK_FALSE((f.type == h2::frame_type::headers && f.stream == 1));
     // nghttp2 refuses the ninth CONTINUATION and scg closes at once (no GOAWAY), counting and logging why.
     // The count lands as the worker closes the connection, a moment after the client sees it.
-    CHECK(eventually([&] { return metric_value(env.gw.admin_port, "scg_conn_protocol_errors_total") == 1; }, 2s));
+    CHECK(eventually(metric(env.gw.admin_port, "scg_conn_protocol_errors_total") == 1, 2s));
     CHECK(metric_value(env.gw.admin_port, "scg_conn_protocol_errors_total") == 1);
   }
   // No oversized request opened a session on the backend.

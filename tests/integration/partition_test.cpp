@@ -84,6 +84,26 @@ struct both_sides {
         ns_b(start_fake(dir, "fake-b", {}, net.ns_ip(), net.inside())) {}
 };
 
+/// A series of the replica whose admin plane is at `net`'s namespace address
+/// and `admin_port`, read from inside the namespace (so through a cut too);
+/// -1 when absent or unreadable.
+long metric_inside(const netns_link& net, int admin_port, const std::string& series) {
+  std::string cmd;
+  for (const auto& a : net.inside()) cmd += a + " ";
+  return series_value(sh_out(cmd + "curl -s --max-time 2 http://" + net.ns_ip() + ":" + std::to_string(admin_port) +
+                             "/metrics"),
+                      series);
+}
+
+/// A session id (user pat) whose key `node` owns among `nodes`, named from `prefix`.
+std::string owned_by(const std::string& node, const std::vector<std::string>& nodes, const std::string& prefix) {
+  for (int i = 0; i < 100; ++i) {
+    const std::string id = uuid_of(prefix + std::to_string(i));
+    if (scg::core::owner_of(scg::core::session_key{"default", "pat", id}.str(), nodes) == node) return id;
+  }
+  return "";
+}
+
 int up_members(const std::string& host, int admin_port) {
   auto [code, body] = http_get_at(host, admin_port, "/api/v1/cluster");
   if (code != 200) return -1;
@@ -178,11 +198,13 @@ TEST_CASE("a partitioned replica serves its side, and the cluster agrees again a
   // The two decisions for "split" named different backends: counted by
   // the replicas that merged the two (the side whose handoff lands last may
   // only get its own winning entry back, and count nothing).
-  CHECK(eventually([&] {
-    return metric_value(r0.admin_port, "scg_cluster_conflicts_total") +
-               metric_value(r1.admin_port, "scg_cluster_conflicts_total") +
-               metric_value(r2.admin_port, "scg_cluster_conflicts_total", net.ns_ip()) >= 1;
-  }, 3s));
+  CHECK(eventually(watch("scg_cluster_conflicts_total of the three replicas",
+                         [&] {
+                           return metric_value(r0.admin_port, "scg_cluster_conflicts_total") +
+                                  metric_value(r1.admin_port, "scg_cluster_conflicts_total") +
+                                  metric_value(r2.admin_port, "scg_cluster_conflicts_total", net.ns_ip());
+                         }) >= 1,
+                   3s));
 }
 
 TEST_CASE("a clone's binding that reaches its owner after the clone was released stays released",
@@ -206,11 +228,7 @@ TEST_CASE("a clone's binding that reaches its owner after the clone was released
                                   up_members(net.ns_ip(), cloner.admin_port) == 1; },
                      10s));
   // A clone id whose key o-0 owns: o-1 announces the clone to it (decide).
-  std::string child;
-  for (int i = 0; i < 100 && child.empty(); ++i) {
-    const std::string id = uuid_of("late-clone-" + std::to_string(i));
-    if (scg::core::owner_of(scg::core::session_key{"default", "pat", id}.str(), {"o-0", "o-1"}) == "o-0") child = id;
-  }
+  const std::string child = owned_by("o-0", {"o-0", "o-1"}, "late-clone-");
   REQUIRE(!child.empty());
   const std::string parent = uuid_of("late-parent");
   REQUIRE(!backend_via(net.ns_ip(), cloner.grpc_port, parent).empty());
@@ -222,7 +240,12 @@ TEST_CASE("a clone's binding that reaches its owner after the clone was released
                  net.ns_ip() + ":" + std::to_string(cloner.grpc_port), "--clone", parent, child, "--user",
                  "pat"},
                 dir.file("ns-clone.log")};
-  std::this_thread::sleep_for(500ms);
+  // Until o-1 has bound the child and sent its announcement (one handler
+  // does both and counts the clone), read inside the namespace past the cut:
+  // the release must come after the binding it is to outlive.
+  REQUIRE(eventually(watch("o-1's scg_router_clones_bound_total",
+                           [&] { return metric_inside(net, cloner.admin_port, "scg_router_clones_bound_total"); }) == 1,
+                     5s));
   // Meanwhile the child is released through o-0, which never heard of it.
   auto stub = stub_to(owner.grpc_port);
   grpc::ClientContext ctx;
@@ -240,7 +263,17 @@ TEST_CASE("a clone's binding that reaches its owner after the clone was released
   const auto late = [&] { return metric_value(owner.admin_port, "scg_router_late_bindings_total"); };
   REQUIRE(eventually([&] { return late() >= 1 || !listed_backend("127.0.0.1", owner.admin_port, child).empty(); },
                      15s));
-  std::this_thread::sleep_for(500ms);
+  // Until a binding o-1 makes now (of a key o-1 owns, so it decides and
+  // replicates it itself) has reached o-0's table: then so has the
+  // replicated binding of the child that o-1 sent during the cut (one
+  // cluster actor to the other, in order), and nothing of the child's is
+  // still on its way to o-0.
+  const std::string fence = owned_by("o-1", {"o-0", "o-1"}, "fence-");
+  REQUIRE(!fence.empty());
+  REQUIRE(!backend_via(net.ns_ip(), cloner.grpc_port, fence).empty());
+  REQUIRE(eventually(watch("o-0's binding of the fence session",
+                           [&] { return listed_backend("127.0.0.1", owner.admin_port, fence); }) != "",
+                     10s));
   CHECK(listed_backend("127.0.0.1", owner.admin_port, child).empty());
   CHECK(late() == 1);
   // o-1 learns the release too: no replica binds the child.

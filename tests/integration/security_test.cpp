@@ -375,7 +375,7 @@ TEST_CASE("bulkheads: a tenant's sessions and executions are capped, and a runaw
     return stats["rpcs"].value("Interrupt", 0) >= 1;
   }, 3s));
   CHECK(metric_value(gw.admin_port, "scg_executions_killed_total") == 1);
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_forward_active_streams") == 0; }, 2s));
+  CHECK(eventually(metric(gw.admin_port, "scg_forward_active_streams") == 0, 2s));
   CHECK(log_of(gw).find("\"event\":\"execution.killed\"") != std::string::npos);
 }
 

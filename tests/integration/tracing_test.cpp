@@ -133,7 +133,7 @@ TEST_CASE("scg continues an inbound trace and starts a root one, and the backend
     CHECK(seen == "00-" + (*span)["traceId"].get<std::string>() + "-" + (*span)["spanId"].get<std::string>() + "-01");
   }
 
-  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_tracing_spans_exported_total") >= 1; }, 5s));
+  CHECK(eventually(metric(gw.admin_port, "scg_tracing_spans_exported_total") >= 1, 5s));
   CHECK(metric_value(gw.admin_port, "scg_tracing_spans_dropped_total") == 0);
 }
 

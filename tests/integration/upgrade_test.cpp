@@ -419,8 +419,8 @@ TEST_CASE("a peer that speaks no protocol version in common is refused on both s
   // Test-only: SCG_TEST_CLUSTER_PROTOCOL makes a replica announce protocol 9 alone (no contract).
   auto future = start_gateway(dir, gateway_yaml({&a}, cluster_block("v-future", {first.cluster_port})), "v-future",
                               {"/usr/bin/env", "SCG_TEST_CLUSTER_PROTOCOL=9"});
-  CHECK(eventually([&] { return metric_value(first.admin_port, "scg_cluster_protocol_refused_total") == 1; }, 5s));
-  CHECK(eventually([&] { return metric_value(future.admin_port, "scg_cluster_protocol_refused_total") == 1; }, 5s));
+  CHECK(eventually(metric(first.admin_port, "scg_cluster_protocol_refused_total") == 1, 5s));
+  CHECK(eventually(metric(future.admin_port, "scg_cluster_protocol_refused_total") == 1, 5s));
   std::this_thread::sleep_for(2s);  // more dial rounds: still counted once, still no member
   CHECK(metric_value(first.admin_port, "scg_cluster_protocol_refused_total") == 1);
   CHECK(metric_value(future.admin_port, "scg_cluster_protocol_refused_total") == 1);

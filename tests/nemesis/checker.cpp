@@ -398,7 +398,7 @@ bool read_history(std::istream& in, history& h, std::string* error) {
 report check(const history& in, const windows& w) {
   history h = in;  // the rules read each session's and operation's calls in the order they started
   std::stable_sort(h.calls.begin(), h.calls.end(), [](const call& a, const call& b) { return a.start_ms < b.start_ms; });
-  checker c{h, w, {}, {}};
+  checker c{h, w, {}, {}, {}};
   c.run();
   return c.r;
 }

@@ -240,3 +240,78 @@ TEST_CASE("a heal after which the replicas do not agree in time fails the run", 
   CHECK(out.str().find("unconverged_heals=1\n") != std::string::npos);
   CHECK(out.str().find("violations=1\n") != std::string::npos);
 }
+
+TEST_CASE("a session's forgotten handle is allowed only when its backend restarted after the session's first call",
+          "[nemesis]") {
+  // s9 is made on fake-a at 1000 ms; a clone of it at 2000 ms finds fake-a without it.
+  auto h = clean();
+  h.calls.push_back(make(1000, "scg-0", "config", "s9", "fake-a"));
+  h.calls.push_back(make(2000, "scg-1", "clone", "s9", "fake-a", 13, "", "[INVALID_HANDLE.SESSION_NOT_FOUND] gone"));
+  h.faults.push_back({"backend_kill", 1500, 1800, {"fake-a"}});  // after the session's first call: its state is gone
+  auto r = check(h);
+  CHECK(r.violations() == 0);
+  CHECK(r.allowed_failures == 1);
+  CHECK(r.failures_by_status["13 INVALID_HANDLE.SESSION_NOT_FOUND"] == 1);
+  // Killed before the session's first call: the backend made it after its restart, and lost it for no reason.
+  h.faults.back() = {"backend_kill", 500, 800, {"fake-a"}};
+  r = check(h);
+  CHECK(r.unexpected_failures == 1);
+  CHECK(r.allowed_failures == 0);
+  // Another backend restarted: it explains nothing of fake-a's.
+  h.faults.back() = {"backend_kill", 1500, 1800, {"fake-b"}};
+  CHECK(check(h).unexpected_failures == 1);
+}
+
+TEST_CASE("SESSION_NOT_FOUND is allowed for a session a partition let two backends bind, not for one bound once",
+          "[nemesis]") {
+  // p1's first call reaches fake-a through scg-0, cut off; a clone of it
+  // through scg-1, on the other side, reaches fake-b, which never had it.
+  auto h = clean();
+  h.faults.push_back({"partition", 800, 3000, {"scg-0"}});
+  h.calls.push_back(make(1000, "scg-0", "config", "p1", "fake-a"));
+  h.calls.push_back(make(1100, "scg-1", "clone", "p1", "fake-b", 13, "", "[INVALID_HANDLE.SESSION_NOT_FOUND] p1"));
+  auto r = check(h);
+  CHECK(r.violations() == 0);
+  CHECK(r.allowed_disagreements == 1);
+  CHECK(r.allowed_failures == 1);
+  // The same answer for a session bound once during the partition: no second
+  // binding explains it, whichever replica it went through.
+  h = clean();
+  h.faults.push_back({"partition", 800, 3000, {"scg-0"}});
+  h.calls.push_back(make(1000, "scg-0", "config", "p2", "fake-a"));
+  h.calls.push_back(make(1100, "scg-0", "clone", "p2", "fake-a", 13, "", "[INVALID_HANDLE.SESSION_NOT_FOUND] p2"));
+  r = check(h);
+  CHECK(r.unexpected_failures == 1);
+  CHECK(r.allowed_disagreements + r.allowed_session_changes == 0);
+  // And two backends outside any fault: a disagreement, and the failure too.
+  h = clean();
+  h.calls.push_back(make(5000, "scg-0", "config", "p3", "fake-a"));
+  h.calls.push_back(make(5100, "scg-1", "clone", "p3", "fake-b", 13, "", "[INVALID_HANDLE.SESSION_NOT_FOUND] p3"));
+  r = check(h);
+  CHECK(r.new_session_disagreements == 1);
+  CHECK(r.unexpected_failures == 1);
+}
+
+TEST_CASE("SESSION_CLOSED is allowed after a release of the session that the client saw fail, not before one",
+          "[nemesis]") {
+  // The release goes through scg-1 as it is killed: the client sees
+  // UNAVAILABLE, keeps s1, but the backend closed it.
+  auto h = clean();
+  h.faults.push_back({"kill", 400, 700, {"scg-1"}});
+  h.calls.push_back(make(500, "scg-1", "release_session", "s1", "", 14, "", "failed to connect"));
+  h.calls.push_back(make(900, "scg-0", "config", "s1", "fake-a", 13, "", "[INVALID_HANDLE.SESSION_CLOSED] closed"));
+  auto r = check(h);
+  CHECK(r.violations() == 0);
+  CHECK(r.allowed_failures == 2);  // the release's UNAVAILABLE, and SESSION_CLOSED
+  CHECK(r.failures_by_status["13 INVALID_HANDLE.SESSION_CLOSED"] == 1);
+  // The call before the release: nothing closed the session yet.
+  h.calls.back().start_ms = 450;
+  h.calls.back().end_ms = 460;
+  CHECK(check(h).unexpected_failures == 1);
+  // After it, but another class: a failed release explains only SESSION_CLOSED.
+  h.calls.back() = make(900, "scg-0", "config", "s1", "fake-a", 13, "", "[INVALID_HANDLE.SESSION_NOT_FOUND] gone");
+  CHECK(check(h).unexpected_failures == 1);
+  // After a release of another session.
+  h.calls.back() = make(900, "scg-0", "config", "s3", "fake-a", 13, "", "[INVALID_HANDLE.SESSION_CLOSED] closed");
+  CHECK(check(h).unexpected_failures == 1);
+}
