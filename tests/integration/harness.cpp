@@ -16,6 +16,8 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,9 +63,18 @@ process::process(const std::vector<std::string>& argv, const std::string& log_pa
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // A child forked by the main thread dies with the test process, even one
+  // killed by ctest's timeout (the kernel ties this to the forking thread, so
+  // children of other threads, which may end first, are left to the destructor).
+  const pid_t parent = getpid();
+  const bool main_thread = static_cast<pid_t>(syscall(SYS_gettid)) == parent;
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    if (main_thread) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the test ended before the prctl
+    }
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
