@@ -49,19 +49,6 @@ std::vector<Row> smallest_after(const Shards& shards, const std::string& after, 
 
 }  // namespace
 
-clock_ms now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::int64_t wall_now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-std::int64_t wall_of(clock_ms steady) { return wall_now_ms() - (now_ms() - steady); }
-clock_ms steady_of(std::int64_t wall_ms) { return now_ms() - (wall_now_ms() - wall_ms); }
-
 session_table::session_table(std::size_t backend_count) : per_backend_(backend_count) {}
 
 std::size_t session_table::shard_of(std::string_view key) {

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/packed_map.hpp"
 #include "core/session_key.hpp"
 
@@ -24,18 +25,12 @@ namespace scg::actors {
 using core::session_key;  // core/session_key.hpp
 
 using backend_index = std::uint32_t;
-using clock_ms = std::int64_t;  ///< milliseconds of a monotonic clock
-
-/// Milliseconds on the steady clock, the time base of the table.
-clock_ms now_ms();
-
-/// Milliseconds on the wall clock: what replicas compare (versions, starts).
-std::int64_t wall_now_ms();
-
-/// A steady time of this process as wall-clock ms, and back: what replicas
-/// exchange (their steady clocks share no origin).
-std::int64_t wall_of(clock_ms steady);
-clock_ms steady_of(std::int64_t wall_ms);
+// The clocks live in core/clock.hpp; actors code names them unqualified.
+using core::clock_ms;
+using core::now_ms;
+using core::steady_of;
+using core::wall_now_ms;
+using core::wall_of;
 
 /// Sharded, thread-safe session and operation index.
 class session_table {

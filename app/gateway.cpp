@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/clock.hpp"
 #include "actors/backend_set.hpp"
 #include "actors/drain_status.hpp"
 #include "config/file_watch.hpp"
@@ -32,9 +33,9 @@
 #include "core/usage.hpp"
 #include "net/span_exporter.hpp"
 #include "cluster/cluster.hpp"
-#include "net/admin_http.hpp"
-#include "net/admin_server.hpp"
-#include "net/drain_report.hpp"
+#include "admin/admin_http.hpp"
+#include "admin/admin_server.hpp"
+#include "admin/drain_report.hpp"
 #include "net/front_door.hpp"
 
 namespace scg::app {
@@ -193,7 +194,7 @@ class drain_reporter {
         router_(router) {}
 
   void tick() {
-    const auto now = actors::wall_now_ms();
+    const auto now = core::wall_now_ms();
     for (std::size_t i = 0; i < backends_.size(); ++i) {
       const auto& b = *backends_[i];
       if (actors::find_backend(backends_, b.name) != i) continue;  // superseded by a newer entry
@@ -204,7 +205,7 @@ class drain_reporter {
         sent_.erase(it);
         continue;
       }
-      auto a = net::local_activity(backends_, *table_, executions_, static_cast<actors::backend_index>(i), idle_ms_);
+      auto a = admin::local_activity(backends_, *table_, executions_, static_cast<actors::backend_index>(i), idle_ms_);
       if (it != sent_.end() && it->second.first == a && now - it->second.second < actors::activity_refresh_ms)
         continue;
       router_.publish_activity(b.name, actors::encode_activity(a));
@@ -330,12 +331,12 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   auto reread_admin_tokens = [&cfg, &admin_tokens, &log] {
     const auto before = admin_tokens.fingerprint();
     if (auto err = auth::load_admin_tokens(cfg.admin, admin_tokens)) {
-      net::global_admin_counters().token_reload_failures.fetch_add(1, std::memory_order_relaxed);
+      admin::global_admin_counters().token_reload_failures.fetch_add(1, std::memory_order_relaxed);
       log->error("admin_tokens_reload_failed reason=\"{}\" action=\"kept the tokens in use\"", err->to_string());
       return;
     }
     if (admin_tokens.fingerprint() == before) return;
-    net::global_admin_counters().token_reloads.fetch_add(1, std::memory_order_relaxed);
+    admin::global_admin_counters().token_reloads.fetch_add(1, std::memory_order_relaxed);
     log->info("admin_tokens_reloaded tokens=\"{}\"", admin_tokens.fingerprint());
   };
   auth::rate_limiter limiter{cfg.security.rate_limits};
@@ -380,7 +381,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
   fx.rebind_lost = cfg.on_backend_lost.action == "rebind";
 
-  net::admin_view view;
+  admin::admin_view view;
   view.backends = backends;
   view.table = table;
   view.policy = actors::make_policy(cfg.placement);
@@ -401,9 +402,9 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
 
   try {
     net::front_door door{cfg, fx};
-    std::unique_ptr<net::admin_http> admin;
+    std::unique_ptr<admin::admin_http> admin;
     if (cfg.admin_addr) {
-      admin = std::make_unique<net::admin_http>(*cfg.admin_addr, view, cfg.admin, admin_tokens);
+      admin = std::make_unique<admin::admin_http>(*cfg.admin_addr, view, cfg.admin, admin_tokens);
       if (!admin_tokens.configured(auth::admin_role::read) && !cfg.admin.allow_unauthenticated)
         log->warn("admin_locked reason=\"no admin token file is configured: listings and changes on the admin API "
                   "are refused\" fix=\"set admin.token_file (and admin.read_token_file), or "

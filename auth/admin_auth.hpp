@@ -2,7 +2,7 @@
 // Who may use the admin plane: the admin and read-only tokens (files named by
 // admin.token_file and admin.read_token_file, read at startup and again on
 // SIGHUP and every reload.watch_secs), checked in constant time. Pure: the
-// server (net/admin_http.cpp) asks, this answers.
+// server (admin/admin_http.cpp) asks, this answers.
 
 #include <memory>
 #include <mutex>

@@ -11,6 +11,7 @@
 //     periodically;
 //   - mirrors the replicated table into the data path's session table;
 //   - tells the router which members are up, so it can ask a key's owner.
+#include "core/clock.hpp"
 #include "cluster/cluster.hpp"
 #include "cluster/cluster_guard.hpp"
 
@@ -116,7 +117,7 @@ struct cluster_state {
   std::int64_t session_ttl_ms = 0;
   std::int64_t op_ttl_ms = 0;
   std::string self_address;  // what peers dial to reach us
-  hlc clock{[] { return static_cast<std::uint64_t>(actors::wall_now_ms()); }};
+  hlc clock{[] { return static_cast<std::uint64_t>(core::wall_now_ms()); }};
   std::shared_ptr<replicated_table> table;  // the router reads it too (live_backend)
   std::shared_ptr<actors::session_table> sessions;
   actors::backend_list backends;
@@ -124,11 +125,11 @@ struct cluster_state {
   std::shared_ptr<cluster_view> view;
   std::function<void()> on_ready;
   bool synced = false;
-  std::int64_t started_ms = actors::now_ms();  // steady clock, for the time to readiness
+  std::int64_t started_ms = core::now_ms();  // steady clock, for the time to readiness
   std::uint64_t conflicts = 0;
   /// Wall ms of the last membership change (a member up or down, this replica
   /// synced), the router's settle window (cluster.settle_ms) counts from it.
-  std::int64_t membership_changed_ms = actors::wall_now_ms();
+  std::int64_t membership_changed_ms = core::wall_now_ms();
 
   members_table members{""};  // the node name is set at start
   /// Repairs and handoffs being sent, by peer: one at a time to each.
@@ -221,7 +222,7 @@ void apply(cluster_state& st, const entry& e) {
 
 void publish_view(self_ptr self) {
   auto& st = self->state;
-  st.view->set(st.members.view(st.self_address, actors::wall_now_ms(), st.synced), st.conflicts, st.synced);
+  st.view->set(st.members.view(st.self_address, core::wall_now_ms(), st.synced), st.conflicts, st.synced);
 }
 
 /// Tells the router who is up (names, their routers and the newest protocol
@@ -268,9 +269,9 @@ void mark_ready(self_ptr self, const char* why) {
   auto& st = self->state;
   if (st.synced) return;
   st.synced = true;
-  st.membership_changed_ms = actors::wall_now_ms();
+  st.membership_changed_ms = core::wall_now_ms();
   log().info("cluster_ready node={} reason=\"{}\" entries={} after_ms={}", st.cfg.node_name, why, st.table->size(),
-             actors::now_ms() - st.started_ms);
+             core::now_ms() - st.started_ms);
   if (st.on_ready) st.on_ready();
   // The peers other than the sync source get our digest now, not at the
   // next round: what they wrote while this replica was away and before
@@ -438,7 +439,7 @@ entry write_local(self_ptr self, entry e) {
   const auto now = st.clock.now();  // never behind the wall clock: write_log's order
   const entry& in_force =
       e.deleted ? st.table->erase(e.key, {now, st.cfg.node_name}, tombstone_ttl_ms,
-                                  static_cast<std::uint64_t>(actors::wall_now_ms()))
+                                  static_cast<std::uint64_t>(core::wall_now_ms()))
                 : st.table->put(e.key, e.backend, e.session, {now, st.cfg.node_name}, e.started_ms);
   st.written.add(e.key, static_cast<std::int64_t>(now.wall_ms));
   // The router bound the session before this write reached us; an older
@@ -504,8 +505,8 @@ void refresh_step(self_ptr self) {
   const auto began = std::chrono::steady_clock::now();
   auto& st = self->state;
   if (!st.refresh) return;
-  const auto wall = actors::wall_now_ms();
-  const auto steady = actors::now_ms();
+  const auto wall = core::wall_now_ms();
+  const auto steady = core::now_ms();
   std::vector<entry> touch;
   std::vector<std::string> expire, forget;
   auto visit = [&](const entry_view& e) {
@@ -544,7 +545,7 @@ void refresh_step(self_ptr self) {
     // keep the routers' decisions waiting for one.
     using std::chrono::microseconds;
     const auto wait = core::pace_delay(std::chrono::duration_cast<microseconds>(st.refresh_work),
-                                       microseconds((actors::now_ms() - st.refresh_started_ms) * 1000), refresh_share);
+                                       microseconds((core::now_ms() - st.refresh_started_ms) * 1000), refresh_share);
     if (wait.count() > 0) return self->delayed_send(self, wait, refresh_atom::value);
     return self->send(self, refresh_atom::value);
   }
@@ -570,7 +571,7 @@ std::int64_t refresh_period_ms(const cluster_state& st) {
 /// decides, its sync source decides meanwhile.
 void start_refresh(self_ptr self) {
   auto& st = self->state;
-  const auto now = actors::now_ms();
+  const auto now = core::now_ms();
   if (!st.synced || st.refresh) return;
   if (st.refresh_started_ms != 0 && now - st.refresh_started_ms < refresh_period_ms(st)) return;
   st.refresh_started_ms = now;
@@ -588,7 +589,7 @@ void start_refresh(self_ptr self) {
 template <class Each>
 void merge_entries(self_ptr self, bool delta, Each&& each) {
   auto& st = self->state;
-  const auto now = actors::wall_now_ms();
+  const auto now = core::wall_now_ms();
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
   auto& metrics = core::global_metrics();
@@ -662,7 +663,7 @@ caf::result<ack_atom> paced_ack(self_ptr self, std::chrono::steady_clock::time_p
 /// member that comes back is found again.
 void forget_departed(self_ptr self) {
   auto& st = self->state;
-  const auto now = actors::wall_now_ms();
+  const auto now = core::wall_now_ms();
   const auto gone = st.members.forget_departed(now, std::int64_t{st.cfg.forget_after_secs} * 1000);
   for (const auto& [name, m] : gone) {
     log().info("member_forgotten node={} address={} down_secs={}", name, m.address, (now - m.last_seen_ms) / 1000);
@@ -689,7 +690,7 @@ bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name,
   if (!keys) {
     core::bump(core::global_metrics().cluster_handoff_fallbacks_total);
     log().info("handoff_fallback node={} reason=\"the write log does not reach back to {} ms before now; "
-               "repaired by digest\"", name, actors::wall_now_ms() - from_ms);
+               "repaired by digest\"", name, core::wall_now_ms() - from_ms);
     return false;
   }
   auto job = new_repair_job(self, peer, {});
@@ -700,10 +701,10 @@ bool hand_off(self_ptr self, const cluster_actor& peer, const std::string& name,
       ++handed;
     }
   core::bump(core::global_metrics().cluster_handoffs_total);
-  log().info("handoff node={} entries={} since_ms={}", name, handed, actors::wall_now_ms() - from_ms);
+  log().info("handoff node={} entries={} since_ms={}", name, handed, core::wall_now_ms() - from_ms);
   st.repairing.emplace(peer.address(), job);
   repair_step(self, job);
-  st.digest_held_until[name] = actors::wall_now_ms() + digest_hold_ms;
+  st.digest_held_until[name] = core::wall_now_ms() + digest_hold_ms;
   return true;
 }
 
@@ -749,7 +750,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
   bool warn = false;
   using verdict = members_table::hello;
   switch (st.members.on_hello(sender, router, sender.node() == self->node(), name, address, known, announced,
-                              actors::wall_now_ms(), &replaced, &warn)) {
+                              core::wall_now_ms(), &replaced, &warn)) {
     case verdict::ours:
     case verdict::twin_again:
       break;
@@ -757,7 +758,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       // It may be greeting because it saw this replica down (see greet_back)
       // and took it back: then it counts this replica unsynced, so owning
       // no keys, until told again (after the greeting, which it takes first).
-      if (st.members.greet_back(name, actors::wall_now_ms())) greet(self, sender);
+      if (st.members.greet_back(name, core::wall_now_ms())) greet(self, sender);
       tell_synced(self, sender, st.members.members().at(name).version);
       break;
     case verdict::twin:
@@ -800,7 +801,7 @@ void on_hello(self_ptr self, const std::string& name, const std::string& address
       tell_synced(self, sender, v);
       log().info("member_up node={} address={} protocol={} scg_version={}", name, address, v.protocol,
                  v.scg_version.empty() ? "unknown" : v.scg_version);
-      st.membership_changed_ms = actors::wall_now_ms();
+      st.membership_changed_ms = core::wall_now_ms();
       publish_members(self);
       break;
     }
@@ -814,7 +815,7 @@ void greet_if_stray(self_ptr self) {
   auto& st = self->state;
   const auto& from = self->current_sender();
   if (!from) return;
-  const auto name = st.members.greet_stray(from, actors::wall_now_ms());
+  const auto name = st.members.greet_stray(from, core::wall_now_ms());
   if (name.empty()) return;
   core::bump(core::global_metrics().cluster_one_way_greetings_total);
   log().warn("one_way_split node={} reason=\"it replicates to this replica, which counts it down: greeting it\"", name);
@@ -840,7 +841,7 @@ void connect_to(self_ptr self, const std::string& address, const core::host_port
               greet(self, peer);
             },
             [=](const caf::error& err) {
-              self->state.members.dial_failed(address, actors::wall_now_ms());
+              self->state.members.dial_failed(address, core::wall_now_ms());
               log().debug("dial_failed address={} reason=\"{}\"", address, self->system().render(err));
             });
 }
@@ -854,7 +855,7 @@ void watch_held(self_ptr self, bool start);
 /// host): a new one goes out instead of waiting for the kernel's retransmission.
 void dial_due(self_ptr self) {
   auto& st = self->state;
-  const auto now = actors::wall_now_ms();
+  const auto now = core::wall_now_ms();
   for (const auto& address : st.members.dial_now(now)) {
     const auto target = core::parse_host_port(address);  // dial_now checked it
     static core::log_throttle redials{std::chrono::seconds(1)};  // it dials again each round until greeted
@@ -883,7 +884,7 @@ void dial_due(self_ptr self) {
         break;
       case reach_probe::state::refused:
         st.probes.erase(it);
-        st.members.dial_failed(address, actors::wall_now_ms());
+        st.members.dial_failed(address, core::wall_now_ms());
         break;
       case reach_probe::state::unreachable:  // as a lost SYN: a new probe next round, no backoff
         st.probes.erase(it);
@@ -904,7 +905,7 @@ void dial_due(self_ptr self) {
 /// dial_now dial it from this side.
 void watch_held(self_ptr self, bool start) {
   auto& st = self->state;
-  const auto now = actors::wall_now_ms();
+  const auto now = core::wall_now_ms();
   const auto held = st.members.held_addresses(now);
   for (auto it = st.held_probes.begin(); it != st.held_probes.end();)  // no longer held: up, or dialed
     it = held.count(it->first) ? std::next(it) : st.held_probes.erase(it);
@@ -980,7 +981,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
   });
   self->set_down_handler([=](const caf::down_msg& msg) {
     auto& members = self->state.members;
-    const auto now = actors::wall_now_ms();
+    const auto now = core::wall_now_ms();
     const auto& cfg = self->state.cfg;
     for (const auto& name : members.on_down(msg.source, now)) {
       const auto& m = members.members().at(name);
@@ -1169,7 +1170,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](ae_atom) {
         auto& st = self->state;
         forget_departed(self);
-        const auto now = actors::wall_now_ms();
+        const auto now = core::wall_now_ms();
         for (const auto& [name, m] : st.members.members()) {
           auto held = st.digest_held_until.find(name);
           if (held != st.digest_held_until.end()) {
@@ -1199,7 +1200,7 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
         auto& st = self->state;
         if (st.synced) return;
         if (!st.members.synced_member_up()) return mark_ready(self, "sync wait over: no peer answered");
-        if (actors::now_ms() - st.started_ms >= sync_give_up_ms)
+        if (core::now_ms() - st.started_ms >= sync_give_up_ms)
           return mark_ready(self, "sync wait over: a peer is up but its sync did not end");
         self->delayed_send(self, sync_recheck, ready_atom::value);
       },

@@ -11,7 +11,7 @@
 
 #include "cluster/frame_check.hpp"
 #include "core/metrics.hpp"
-#include "net/listen_endpoint.hpp"
+#include "core/listen_endpoint.hpp"
 
 namespace scg::cluster {
 
@@ -198,7 +198,7 @@ std::unique_ptr<cluster_guard> cluster_guard::start(const std::string& bind_addr
   p->handshake_timeout = handshake_timeout;
   tcp::endpoint at;
   try {
-    at = net::listen_endpoint(bind_addr);
+    at = core::listen_endpoint(bind_addr);
   } catch (const std::runtime_error& e) {
     error = e.what();
     return nullptr;

@@ -1,5 +1,6 @@
 // Rate limits and the executions bulkhead for one call (net/admission.hpp):
 // what admits it, and what its execution slot becomes when it ends.
+#include "core/clock.hpp"
 #include "net/admission.hpp"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace {
 
 /// Forgets operations detached longer than Spark keeps them (at most once a second).
 void sweep_executions(forward_context& fx) {
-  const auto now = actors::now_ms();
+  const auto now = core::now_ms();
   auto last = fx.executions_swept_ms.load(std::memory_order_relaxed);
   if (now - last < 1000 || !fx.executions_swept_ms.compare_exchange_strong(last, now)) return;
   fx.executions.expire(now, fx.detached_ttl_ms);
@@ -74,12 +75,12 @@ std::optional<refusal> execution_claim::admit(forward_context& fx, rpc kind, con
   // Each replica holds its share of the cluster-wide cap, at least one.
   const int mine = cap > 0 ? std::max(1, static_cast<int>(std::ceil(cap * fx.share.load()))) : 0;
   if (kind == rpc::reattach_execute && !f.operation_id.empty()) {
-    const auto now = actors::now_ms();
+    const auto now = core::now_ms();
     auto a = fx.executions.attach(f.operation_id);
     if (!a && continuation) {
       // First seen here (a failover, a restart): its clock runs from its start, when a replica said.
       const auto op = fx.table->find_op(f.operation_id, now);
-      const auto started = op && op->started_wall_ms > 0 ? std::min(now, actors::steady_of(op->started_wall_ms)) : now;
+      const auto started = op && op->started_wall_ms > 0 ? std::min(now, core::steady_of(op->started_wall_ms)) : now;
       a = fx.executions.attach_unknown(f.operation_id, tenant, mine, started);
     }
     if (a) {
@@ -94,7 +95,7 @@ std::optional<refusal> execution_claim::admit(forward_context& fx, rpc kind, con
   // executors: it takes no slot and has no time limit (net/wire.hpp plan_kind).
   if (kind == rpc::execute_plan && net::waits(f.plan)) {
     waiting_ = true;
-    started_ms_ = actors::now_ms();
+    started_ms_ = core::now_ms();
     if (cap > 0 || limits.max_execution_secs > 0) reattachable_ = reattachable();
     return std::nullopt;
   }
@@ -108,7 +109,7 @@ std::optional<refusal> execution_claim::admit(forward_context& fx, rpc kind, con
                    std::chrono::seconds(1)};
   }
   holds_slot_ = true;
-  started_ms_ = actors::now_ms();
+  started_ms_ = core::now_ms();
   // Only a reattachable execution outlives its stream (spark-connect-go asks for none).
   if (kind == rpc::execute_plan && (cap > 0 || limits.max_execution_secs > 0)) reattachable_ = reattachable();
   return std::nullopt;
@@ -129,7 +130,7 @@ void execution_claim::adopt(forward_context& fx, rpc kind, const std::string& op
 
 void execution_claim::kill(forward_context& fx) {
   if (op_.empty()) return;
-  fx.executions.kill(op_, actors::now_ms());
+  fx.executions.kill(op_, core::now_ms());
   killed_ = true;
 }
 
@@ -141,7 +142,7 @@ void execution_claim::settle(forward_context& fx, const std::string& tenant, int
                        (final_code == code::ok || final_code == code::cancelled || final_code == code::unavailable ||
                         final_code == code::deadline_exceeded);
   if (goes_on)
-    fx.executions.detach(op_, actors::now_ms());
+    fx.executions.detach(op_, core::now_ms());
   else
     fx.executions.finish(op_);
 }

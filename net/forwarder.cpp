@@ -35,6 +35,7 @@
 // Whatever scg answers itself (a refusal, a limit, a backend it cannot
 // reach) goes through finish_local(reason, message): one row of
 // core/local_reply.hpp says its status, counters and log line.
+#include "core/clock.hpp"
 #include "net/forwarder.hpp"
 
 #include <spdlog/spdlog.h>
@@ -539,8 +540,8 @@ class forward_call final : public h2::server_stream,
     forward_context& fx;
     const std::string& op_id;
     const std::string& key;
-    const actors::clock_ms now;
-    table_lookup(forward_context& f, const std::string& o, const std::string& k, actors::clock_ms n)
+    const core::clock_ms now;
+    table_lookup(forward_context& f, const std::string& o, const std::string& k, core::clock_ms n)
         : fx(f), op_id(o), key(k), now(n) {}
     std::optional<binding> operation() override {
       auto op = fx.table->find_op(op_id, now);
@@ -610,7 +611,7 @@ class forward_call final : public h2::server_stream,
   /// the cluster settles; it ends the call only if its session is unknown here
   /// too (placing it would pick a backend the operation is likely not on).
   void route_by_tables(bool op_asked, const actors::route_result* unsettled = nullptr) {
-    table_lookup table{fx_, fields_.operation_id, key_, actors::now_ms()};
+    table_lookup table{fx_, fields_.operation_id, key_, core::now_ms()};
     const auto d = choose_backend(rpc_, fields_, fx_.backends.size(), fx_.rebind_lost, table, op_asked);
     const bool new_here = d.action == route_action::resolve || d.action == route_action::resolve_held;
     if (unsettled && new_here) return finish_local(unsettled->refusal, unsettled->error);
@@ -652,7 +653,7 @@ class forward_call final : public h2::server_stream,
     return [self = shared_from_this()](actors::route_result r) {
       self->w_.post([self, r = std::move(r)] {
         if (self->finished()) return;
-        const auto now = actors::now_ms();
+        const auto now = core::now_ms();
         if (r.backend && *r.backend < self->fx_.backends.size() &&
             !actors::lost(*self->fx_.backends[*r.backend], now, self->fx_.lost_after_ms))
           return self->start_upstream(*r.backend);
@@ -733,7 +734,7 @@ class forward_call final : public h2::server_stream,
       if (auto secs = fx_.limits.for_tenant(identity_.tenant).max_execution_secs; secs > 0) {
         // Counted from the operation's start (a reattach continues it).
         const auto since_start =
-            std::chrono::milliseconds(std::max<std::int64_t>(0, actors::now_ms() - execution_.started_ms()));
+            std::chrono::milliseconds(std::max<std::int64_t>(0, core::now_ms() - execution_.started_ms()));
         const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(secs) - since_start;
         if (!deadline || limit < *deadline) {
           execution_limit_ = limit;
@@ -784,8 +785,8 @@ class forward_call final : public h2::server_stream,
     operation_id_ = op_id;
     execution_.adopt(fx_, rpc_, op_id, identity_.tenant);
     // Its start goes with it to every replica (max_execution_secs counts from it).
-    const auto started = execution_.started_ms() > 0 ? actors::wall_of(execution_.started_ms()) : 0;
-    fx_.table->add_op(op_id, backend_index_, key_, actors::now_ms(), started);
+    const auto started = execution_.started_ms() > 0 ? core::wall_of(execution_.started_ms()) : 0;
+    fx_.table->add_op(op_id, backend_index_, key_, core::now_ms(), started);
     core::bump(core::global_metrics().router_operations_learned_total);
     fx_.router->operation_started(key_, op_id);
   }
@@ -947,7 +948,7 @@ class forward_call final : public h2::server_stream,
                                                       .count());
     u.result_bytes = result_bytes_;
     u.result_rows = result_rows_;
-    fx_.usage->record_call(identity_.tenant, fields_.user_id, u, actors::wall_now_ms());
+    fx_.usage->record_call(identity_.tenant, fields_.user_id, u, core::wall_now_ms());
   }
 
   // --- finishing -----------------------------------------------------------------------

@@ -16,7 +16,7 @@
 #include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
-#include "net/listen_endpoint.hpp"
+#include "core/listen_endpoint.hpp"
 
 namespace scg::net {
 
@@ -218,7 +218,7 @@ front_door::front_door(const config::gateway& cfg, forward_context& fx) : impl_(
   impl_->max_clients = client_connection_cap(static_cast<std::size_t>(cfg.limits.max_client_connections));
   for (unsigned i = 0; i < n; ++i)
     impl_->workers.push_back(std::make_unique<h2::worker>(static_cast<int>(i), impl_->tune));
-  const auto ep = listen_endpoint(cfg.bind_addr);
+  const auto ep = core::listen_endpoint(cfg.bind_addr);
   auto& a = impl_->acceptor = std::make_unique<asio::ip::tcp::acceptor>(impl_->workers[0]->io());
   asio::error_code ec;
   a->open(ep.protocol(), ec);

@@ -1,4 +1,4 @@
-#include "net/admin_access.hpp"
+#include "admin/admin_access.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,7 +14,7 @@
 
 using namespace scg;
 using auth::admin_role;
-using net::deny_reason;
+using admin::deny_reason;
 
 namespace {
 
@@ -23,30 +23,30 @@ struct both_tokens : auth::admin_tokens {
   both_tokens() { set({"admin-secret"}, {"read-secret"}); }
 };
 
-net::access_decision ask(const auth::admin_tokens& t, std::string_view method, std::string_view path,
+admin::access_decision ask(const auth::admin_tokens& t, std::string_view method, std::string_view path,
                          std::string_view authorization = "", std::string_view origin = "",
-                         net::access_policy policy = {}) {
-  return net::decide(policy, t, {method, path, origin, "127.0.0.1:9090", authorization});
+                         admin::access_policy policy = {}) {
+  return admin::decide(policy, t, {method, path, origin, "127.0.0.1:9090", authorization});
 }
 
 }  // namespace
 
 TEST_CASE("admin endpoints are classified by what they need", "[admin][access]") {
-  using net::admin_route;
-  CHECK(net::classify("GET", "/healthz") == admin_route::probe);
-  CHECK(net::classify("GET", "/readyz") == admin_route::probe);
-  CHECK(net::classify("GET", "/") == admin_route::page);
-  CHECK(net::classify("GET", "/ui/app.js") == admin_route::page);
-  CHECK(net::classify("GET", "/metrics") == admin_route::metrics);
-  CHECK(net::classify("GET", "/api/v1/sessions") == admin_route::read);
-  CHECK(net::classify("HEAD", "/api/v1/backends") == admin_route::read);
-  CHECK(net::classify("POST", "/api/v1/backends/sc-1/drain") == admin_route::change);
-  CHECK(net::classify("DELETE", "/api/v1/anything") == admin_route::change);
-  CHECK(net::classify("GET", "/nothing") == admin_route::other);
-  CHECK(net::is_heavy(admin_route::metrics));
-  CHECK(net::is_heavy(admin_route::read));
-  CHECK_FALSE(net::is_heavy(admin_route::probe));
-  CHECK_FALSE(net::is_heavy(admin_route::change));
+  using admin::admin_route;
+  CHECK(admin::classify("GET", "/healthz") == admin_route::probe);
+  CHECK(admin::classify("GET", "/readyz") == admin_route::probe);
+  CHECK(admin::classify("GET", "/") == admin_route::page);
+  CHECK(admin::classify("GET", "/ui/app.js") == admin_route::page);
+  CHECK(admin::classify("GET", "/metrics") == admin_route::metrics);
+  CHECK(admin::classify("GET", "/api/v1/sessions") == admin_route::read);
+  CHECK(admin::classify("HEAD", "/api/v1/backends") == admin_route::read);
+  CHECK(admin::classify("POST", "/api/v1/backends/sc-1/drain") == admin_route::change);
+  CHECK(admin::classify("DELETE", "/api/v1/anything") == admin_route::change);
+  CHECK(admin::classify("GET", "/nothing") == admin_route::other);
+  CHECK(admin::is_heavy(admin_route::metrics));
+  CHECK(admin::is_heavy(admin_route::read));
+  CHECK_FALSE(admin::is_heavy(admin_route::probe));
+  CHECK_FALSE(admin::is_heavy(admin_route::change));
 }
 
 TEST_CASE("a drain needs the admin token: none is 401, a read token 403, a wrong one 401", "[admin][access]") {
@@ -81,7 +81,7 @@ TEST_CASE("listings need the read or the admin token, and probes and the page ar
   CHECK(ask(t, "GET", "/readyz", "Bearer nonsense").allowed());
   CHECK(ask(t, "GET", "/ui/app.js").allowed());
   CHECK(ask(t, "GET", "/metrics").allowed());
-  net::access_policy closed;
+  admin::access_policy closed;
   closed.open_metrics = false;
   CHECK(ask(t, "GET", "/metrics", "", "", closed).status == 401);
   CHECK(ask(t, "GET", "/metrics", "Bearer read-secret", "", closed).allowed());
@@ -96,7 +96,7 @@ TEST_CASE("without a token file the admin API refuses listings and changes unles
   CHECK(drain.message.find("admin.token_file") != std::string::npos);
   CHECK(ask(none, "GET", "/api/v1/sessions").denied == deny_reason::no_token_configured);
   CHECK(ask(none, "GET", "/healthz").allowed());
-  net::access_policy open;
+  admin::access_policy open;
   open.allow_unauthenticated = true;
   CHECK(ask(none, "POST", "/api/v1/backends/sc-1/drain", "", "", open).allowed());
   CHECK(ask(none, "GET", "/api/v1/sessions", "", "", open).allowed());
@@ -123,10 +123,10 @@ TEST_CASE("another origin and a CORS preflight are refused even with the admin t
   CHECK(ask(t, "OPTIONS", "/api/v1/backends/sc-1/drain").denied == deny_reason::preflight);
   // The page's own requests carry its origin: allowed.
   CHECK(ask(t, "POST", "/api/v1/backends/sc-1/drain", "Bearer admin-secret", "http://127.0.0.1:9090").allowed());
-  CHECK(net::same_origin("https://127.0.0.1:9090", "127.0.0.1:9090"));
-  CHECK_FALSE(net::same_origin("http://127.0.0.1:9091", "127.0.0.1:9090"));
-  CHECK_FALSE(net::same_origin("http://127.0.0.1:9090.evil.example", "127.0.0.1:9090"));
-  CHECK_FALSE(net::same_origin("http://x", ""));
+  CHECK(admin::same_origin("https://127.0.0.1:9090", "127.0.0.1:9090"));
+  CHECK_FALSE(admin::same_origin("http://127.0.0.1:9091", "127.0.0.1:9090"));
+  CHECK_FALSE(admin::same_origin("http://127.0.0.1:9090.evil.example", "127.0.0.1:9090"));
+  CHECK_FALSE(admin::same_origin("http://x", ""));
 }
 
 TEST_CASE("token files hold a token a line and a rotation keeps both valid", "[admin][auth]") {
@@ -176,7 +176,7 @@ TEST_CASE("admin token files load by field, and a bad one names the field and ke
 }
 
 TEST_CASE("the heavy-request gate admits its slots and no more", "[admin][access]") {
-  net::request_gate g(2);
+  admin::request_gate g(2);
   CHECK(g.try_enter());
   CHECK(g.try_enter());
   CHECK_FALSE(g.try_enter());

@@ -2,7 +2,7 @@
 // What each admin endpoint needs, and the decision for one request: the
 // caller's role from its Bearer token, the request's Origin against the
 // admin's own, the configured openness. Pure (no sockets); the server of
-// net/admin_http.cpp asks once per request before routing.
+// admin/admin_http.cpp asks once per request before routing.
 
 #include <atomic>
 #include <cstddef>
@@ -11,7 +11,7 @@
 
 #include "auth/admin_auth.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 
 /// The kinds of endpoint, by what they need (docs/security.md has the table).
 enum class admin_route {
@@ -86,4 +86,4 @@ class request_gate {
   std::atomic<int> in_use_{0};
 };
 
-}  // namespace scg::net
+}  // namespace scg::admin

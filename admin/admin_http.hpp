@@ -1,6 +1,6 @@
 #pragma once
 // The admin HTTP endpoint: health, readiness, backends, sessions, operations,
-// events, metrics, and the live status page (net/ui/).
+// events, metrics, and the live status page (admin/ui/).
 
 #include <atomic>
 #include <cstdint>
@@ -32,8 +32,12 @@ class usage_ledger;
 }
 
 namespace scg::net {
-
 class execution_ledger;
+}
+
+namespace scg::admin {
+
+using net::execution_ledger;
 class bounded_server;
 class request_gate;
 
@@ -52,7 +56,7 @@ struct admin_view {
   const execution_ledger* executions = nullptr;
   std::int64_t drain_idle_ms = 60'000;  ///< drain.idle_secs
   const core::usage_ledger* usage = nullptr;  ///< per-tenant accounting; null: none shown
-  /// tenants.pools: backend names per tenant (net/usage_http.hpp shows each pool's load).
+  /// tenants.pools: backend names per tenant (admin/usage_http.hpp shows each pool's load).
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
   const request_gate* heavy = nullptr;  ///< admin.max_heavy_requests in use (set by admin_http)
 };
@@ -62,7 +66,7 @@ std::string prometheus_label(const std::string& v);
 
 /// The admin plane: every endpoint on `addr`, and /healthz and /readyz alone
 /// on `plane.probe_addr` when set. Each request is decided by
-/// net/admin_access.hpp (role from `tokens`, Origin, admin.open_metrics)
+/// admin/admin_access.hpp (role from `tokens`, Origin, admin.open_metrics)
 /// before it is routed; listings and metrics are bounded by
 /// admin.max_heavy_requests.
 class admin_http {
@@ -128,4 +132,4 @@ std::string events_json(std::uint64_t after);
 /// The body of GET /metrics.
 std::string metrics_text(const admin_view& view);
 
-}  // namespace scg::net
+}  // namespace scg::admin

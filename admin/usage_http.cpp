@@ -1,4 +1,4 @@
-#include "net/usage_http.hpp"
+#include "admin/usage_http.hpp"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -8,9 +8,9 @@
 
 #include "actors/placement.hpp"
 #include "core/usage.hpp"
-#include "net/admin_http.hpp"
+#include "admin/admin_http.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 
 namespace {
 
@@ -248,4 +248,4 @@ void add_usage_routes(httplib::Server& srv, const admin_view& view) {
   });
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

@@ -1,4 +1,4 @@
-#include "net/admin_http.hpp"
+#include "admin/admin_http.hpp"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/clock.hpp"
 #include "auth/admin_auth.hpp"
 #include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
@@ -19,13 +20,13 @@
 #include "core/events.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
-#include "net/admin_access.hpp"
-#include "net/admin_server.hpp"
-#include "net/drain_report.hpp"
-#include "net/status_page.hpp"
-#include "net/usage_http.hpp"
+#include "admin/admin_access.hpp"
+#include "admin/admin_server.hpp"
+#include "admin/drain_report.hpp"
+#include "admin/status_page.hpp"
+#include "admin/usage_http.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 
 std::string prometheus_label(const std::string& v) {
   std::string out;
@@ -143,9 +144,9 @@ bool key_matches(const list_query& q, std::string_view key) {
 }
 
 /// Milliseconds since a last use here; null when never used here (learned from a peer).
-nlohmann::json ms_ago(actors::clock_ms now, actors::clock_ms last_seen) {
+nlohmann::json ms_ago(core::clock_ms now, core::clock_ms last_seen) {
   if (last_seen <= 0) return nullptr;
-  return std::max<actors::clock_ms>(0, now - last_seen);
+  return std::max<core::clock_ms>(0, now - last_seen);
 }
 
 /// The identity fields of a session key, as listings show them.
@@ -172,7 +173,7 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
   reply_json(res, status, dump({{"error", message}}));
 }
 
-/// Serves a file of net/ui/. The page only fetches from its own origin, so a
+/// Serves a file of admin/ui/. The page only fetches from its own origin, so a
 /// strict policy costs nothing and keeps injected markup inert.
 void serve_ui(httplib::Response& res, const std::string& name) {
   const auto* f = find_ui_file(name);
@@ -216,7 +217,7 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
   std::unordered_map<std::string, std::size_t> ops;
   for (const auto& r : rows) ops.emplace(r.key, 0);
   view.table->count_ops(ops);
-  const auto now = actors::now_ms();
+  const auto now = core::now_ms();
   auto list = nlohmann::json::array();
   for (const auto& r : rows) {
     nlohmann::json item{{"backend", backend_name(view, r.backend)},
@@ -238,7 +239,7 @@ std::string operations_json(const admin_view& view, const list_query& q) {
     rows.pop_back();
     next = to_cursor(rows.back().key);
   }
-  const auto now = actors::now_ms();
+  const auto now = core::now_ms();
   auto list = nlohmann::json::array();
   for (const auto& r : rows) {
     nlohmann::json item{{"operation_id", r.key},
@@ -289,7 +290,7 @@ nlohmann::json drain_json(const admin_view& view, std::size_t i) {
   const auto s = drain_of(view, i);
   nlohmann::json last = nullptr;
   if (s.total.last_activity_wall_ms > 0)
-    last = std::max<std::int64_t>(0, actors::wall_now_ms() - s.total.last_activity_wall_ms) / 1000;
+    last = std::max<std::int64_t>(0, core::wall_now_ms() - s.total.last_activity_wall_ms) / 1000;
   return {{"state", actors::to_string(s.state)},
           {"live_operations", s.total.live_operations},
           {"active_sessions", s.total.active_sessions},
@@ -508,7 +509,7 @@ void add_probe_routes(httplib::Server& srv, const admin_view& view) {
 /// Who made a request, as the audit trail names them.
 std::string who(const auth::admin_caller& c) { return c.role == auth::admin_role::none ? "unauthenticated" : c.id; }
 
-/// Decides every request before routing (net/admin_access.hpp): a refusal is
+/// Decides every request before routing (admin/admin_access.hpp): a refusal is
 /// answered here with a JSON error naming the problem, counted by reason and
 /// logged once; listings and metrics take a slot of admin.max_heavy_requests.
 httplib::Server::HandlerWithResponse gatekeeper(const config::admin_plane& plane, const auth::admin_tokens& tokens,
@@ -652,4 +653,4 @@ admin_http::~admin_http() {
     if (t->joinable()) t->join();
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

@@ -12,7 +12,7 @@ namespace httplib {
 class Server;
 }
 
-namespace scg::net {
+namespace scg::admin {
 
 struct admin_view;
 
@@ -44,4 +44,4 @@ std::string pools_json(const admin_view& view);
 /// Adds GET /api/v1/usage and GET /api/v1/pools to `srv`.
 void add_usage_routes(httplib::Server& srv, const admin_view& view);
 
-}  // namespace scg::net
+}  // namespace scg::admin

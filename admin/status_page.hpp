@@ -1,13 +1,13 @@
 #pragma once
-// The live status page: the files of net/ui/, compiled into the binary by
+// The live status page: the files of admin/ui/, compiled into the binary by
 // cmake/embed_files.cmake, so a replica serves its page with no files on disk.
 
 #include <cstddef>
 #include <string_view>
 
-namespace scg::net {
+namespace scg::admin {
 
-/// One file of net/ui/.
+/// One file of admin/ui/.
 struct ui_file {
   std::string_view name;  ///< file name: "index.html", "app.js", …
   std::string_view body;
@@ -23,4 +23,4 @@ std::string_view ui_content_type(std::string_view name);
 extern const ui_file ui_files[];
 extern const std::size_t ui_file_count;
 
-}  // namespace scg::net
+}  // namespace scg::admin

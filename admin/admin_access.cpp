@@ -1,6 +1,6 @@
-#include "net/admin_access.hpp"
+#include "admin/admin_access.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 namespace {
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
@@ -93,4 +93,4 @@ bool request_gate::try_enter() {
   return false;
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

@@ -1,6 +1,6 @@
-#include "net/status_page.hpp"
+#include "admin/status_page.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 
 namespace {
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -22,4 +22,4 @@ std::string_view ui_content_type(std::string_view name) {
   return "application/octet-stream";
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

@@ -1,13 +1,13 @@
-#include "net/drain_report.hpp"
+#include "admin/drain_report.hpp"
 
 #include <algorithm>
 
-namespace scg::net {
+namespace scg::admin {
 
 actors::activity local_activity(const actors::backend_list& backends, const actors::session_table& table,
-                                const execution_ledger& executions, actors::backend_index b, std::int64_t idle_ms) {
+                                const net::execution_ledger& executions, actors::backend_index b, std::int64_t idle_ms) {
   actors::activity a;
-  const auto now = actors::now_ms();
+  const auto now = core::now_ms();
   for (const auto& op : executions.live_ops(now - idle_ms))
     if (table.op_backend(op) == b) ++a.live_operations;
   a.calls_in_flight = static_cast<std::size_t>(std::max<std::int64_t>(0, backends[b]->in_flight.load()));
@@ -15,14 +15,14 @@ actors::activity local_activity(const actors::backend_list& backends, const acto
   a.active_sessions = recent;
   // A call or execution under way is activity now; otherwise the newest use.
   if (a.calls_in_flight > 0 || a.live_operations > 0)
-    a.last_activity_wall_ms = actors::wall_now_ms();
+    a.last_activity_wall_ms = core::wall_now_ms();
   else if (newest > 0)
-    a.last_activity_wall_ms = actors::wall_of(newest);
+    a.last_activity_wall_ms = core::wall_of(newest);
   return a;
 }
 
 actors::drain_status drain_status_of(const actors::backend_list& backends, const actors::session_table& table,
-                                     const execution_ledger& executions, const cluster::cluster_view* cluster,
+                                     const net::execution_ledger& executions, const cluster::cluster_view* cluster,
                                      actors::backend_index b, std::int64_t idle_ms) {
   const auto& backend = *backends[b];
   const bool draining = backend.draining.load();
@@ -42,7 +42,7 @@ actors::drain_status drain_status_of(const actors::backend_list& backends, const
       peers.push_back(std::move(p));
     }
   }
-  return actors::decide(draining, local, peers, actors::wall_now_ms());
+  return actors::decide(draining, local, peers, core::wall_now_ms());
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

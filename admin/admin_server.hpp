@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <string>
 
-#include "net/admin_access.hpp"
+#include "admin/admin_access.hpp"
 
-namespace scg::net {
+namespace scg::admin {
 
 /// The bounds of one listener (from config::admin_plane).
 struct listener_limits {
@@ -74,4 +74,4 @@ class bounded_server : public httplib::Server {
   int wake_[2] = {-1, -1};  ///< a pipe: its read end turns readable at halt()
 };
 
-}  // namespace scg::net
+}  // namespace scg::admin

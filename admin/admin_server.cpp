@@ -1,4 +1,4 @@
-#include "net/admin_server.hpp"
+#include "admin/admin_server.hpp"
 
 #include <netdb.h>
 #include <poll.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace scg::net {
+namespace scg::admin {
 namespace {
 
 using clock = std::chrono::steady_clock;
@@ -245,4 +245,4 @@ bool bounded_server::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
-}  // namespace scg::net
+}  // namespace scg::admin

@@ -9,7 +9,7 @@
 
 #include "core/address.hpp"
 
-namespace scg::net {
+namespace scg::core {
 
 /// `addr` as an endpoint to listen on; throws std::runtime_error naming it
 /// when it is not host:port or does not resolve (start-up only).
@@ -24,4 +24,4 @@ inline asio::ip::tcp::endpoint listen_endpoint(const std::string& addr) {
   return results.begin()->endpoint();
 }
 
-}  // namespace scg::net
+}  // namespace scg::core

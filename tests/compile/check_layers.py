@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The layering rule of docs/architecture.md as a test: a product directory
+includes only directories below it, so the tree has no include cycle.
+
+    check_layers.py ROOT          exit 1 naming every upward include
+    check_layers.py --self-test   shows that an upward include is caught
+"""
+import os
+import re
+import sys
+import tempfile
+
+# Lowest first: each may include only the ones before it (and itself).
+LAYERS = ["core", "config", "auth", "actors", "cluster", "discovery", "net", "admin", "app"]
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.M)
+
+
+def upward_includes(root):
+    found = []
+    for rank, layer in enumerate(LAYERS):
+        top = os.path.join(root, layer)
+        for dirpath, _, files in os.walk(top):
+            for name in sorted(files):
+                if not name.endswith((".hpp", ".cpp")):
+                    continue
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                for target in INCLUDE.findall(text):
+                    if target in LAYERS and LAYERS.index(target) > rank:
+                        found.append(f"{os.path.relpath(path, root)} includes {target}/ (a layer above {layer}/)")
+    return found
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as root:
+        for layer in LAYERS:
+            os.makedirs(os.path.join(root, layer))
+        with open(os.path.join(root, "net", "a.cpp"), "w") as f:
+            f.write('#include "core/x.hpp"\n#include "cluster/y.hpp"\n')
+        if upward_includes(root):
+            print("self-test: a downward include was reported")
+            return 1
+        with open(os.path.join(root, "cluster", "b.hpp"), "w") as f:
+            f.write('#include "actors/z.hpp"\n#include "net/a.hpp"\n')
+        found = upward_includes(root)
+        if found != ["cluster/b.hpp includes net/ (a layer above cluster/)"]:
+            print(f"self-test: expected one upward include, got {found}")
+            return 1
+    print("self-test: an upward include is caught, a downward one is not")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = sys.argv[1]
+    missing = [l for l in LAYERS if not os.path.isdir(os.path.join(root, l))]
+    if missing:
+        print(f"layer directories missing: {missing}")
+        return 1
+    found = upward_includes(root)
+    for line in found:
+        print(line)
+    if found:
+        return 1
+    print(f"layers {' < '.join(LAYERS)}: no upward include")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
