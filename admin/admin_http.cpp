@@ -12,11 +12,11 @@
 #include <unordered_map>
 #include <variant>
 
-#include "core/clock.hpp"
 #include "auth/admin_auth.hpp"
 #include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
 #include "core/audit.hpp"
+#include "core/clock.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"

@@ -17,7 +17,6 @@
 #include <map>
 #include <mutex>
 
-#include "core/clock.hpp"
 #include "actors/backend_set.hpp"
 #include "actors/drain_status.hpp"
 #include "config/file_watch.hpp"
@@ -26,6 +25,7 @@
 #include "auth/admin_auth.hpp"
 #include "auth/authenticator.hpp"
 #include "auth/rate_limit.hpp"
+#include "core/clock.hpp"
 #include "discovery/k8s_discovery.hpp"
 #include "core/log_format.hpp"
 #include "core/metrics.hpp"

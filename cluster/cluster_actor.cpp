@@ -11,7 +11,6 @@
 //     periodically;
 //   - mirrors the replicated table into the data path's session table;
 //   - tells the router which members are up, so it can ask a key's owner.
-#include "core/clock.hpp"
 #include "cluster/cluster.hpp"
 #include "cluster/cluster_guard.hpp"
 
@@ -42,6 +41,7 @@
 #include "cluster/reach_probe.hpp"
 #include "cluster/write_log.hpp"
 #include "core/address.hpp"
+#include "core/clock.hpp"
 #include "core/metrics.hpp"
 #include "core/pacing.hpp"
 #include "core/throttle.hpp"

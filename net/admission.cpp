@@ -1,6 +1,5 @@
 // Rate limits and the executions bulkhead for one call (net/admission.hpp):
 // what admits it, and what its execution slot becomes when it ends.
-#include "core/clock.hpp"
 #include "net/admission.hpp"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 
 #include "auth/rate_limit.hpp"
 #include "core/audit.hpp"
+#include "core/clock.hpp"
 #include "core/protowire.hpp"
 
 namespace scg::net {

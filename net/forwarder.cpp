@@ -35,7 +35,6 @@
 // Whatever scg answers itself (a refusal, a limit, a backend it cannot
 // reach) goes through finish_local(reason, message): one row of
 // core/local_reply.hpp says its status, counters and log line.
-#include "core/clock.hpp"
 #include "net/forwarder.hpp"
 
 #include <spdlog/spdlog.h>
@@ -48,6 +47,7 @@
 #include "auth/authenticator.hpp"
 #include "auth/rewrite.hpp"
 #include "core/audit.hpp"
+#include "core/clock.hpp"
 #include "core/ids.hpp"
 #include "core/local_reply.hpp"
 #include "core/metrics.hpp"
