@@ -10,6 +10,7 @@
 
 #include "actors/health.hpp"
 #include "core/protowire.hpp"
+#include "core/replicated_key.hpp"
 
 namespace scg::actors {
 
@@ -160,7 +161,7 @@ backend_actor::behavior_type backend_behavior(self_ptr self, std::shared_ptr<bac
         auto& st = self->state;
         if (resting(st))
           return self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
-        ask_owner(self, st.router, "h/" + st.backend->name, [=](bool mine) {
+        ask_owner(self, st.router, core::make_key(core::key_kind::health, st.backend->name), [=](bool mine) {
           if (mine) return send_probe(*self->state.backend, self->state.health.timeout_ms, token, self);
           self->delayed_send(self, std::chrono::milliseconds(self->state.health.interval_ms), probe_atom::value);
         });

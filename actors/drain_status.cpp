@@ -1,5 +1,7 @@
 #include "actors/drain_status.hpp"
 
+#include "core/replicated_key.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -23,7 +25,7 @@ std::optional<activity> decode_activity(const std::string& text) {
 
 // A newline parts the two: node and backend names may hold '/', not a newline.
 std::string activity_key(const std::string& node, const std::string& backend) {
-  return "a/" + node + "\n" + backend;
+  return core::make_key(core::key_kind::activity, node + "\n" + backend);
 }
 
 std::optional<std::pair<std::string, std::string>> parse_activity_id(const std::string& id) {

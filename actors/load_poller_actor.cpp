@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "actors/load.hpp"
+#include "core/replicated_key.hpp"
 
 namespace scg::actors {
 
@@ -97,7 +98,7 @@ load_poller_actor::behavior_type load_poller_behavior(self_ptr self, std::shared
   return {
       [=](tick_atom) {
         // Only the backend's owner polls; the others get its figure replicated.
-        ask_owner(self, self->state.router, "l/" + self->state.backend->name, [=](bool mine) {
+        ask_owner(self, self->state.router, core::make_key(core::key_kind::load, self->state.backend->name), [=](bool mine) {
           if (mine && !self->state.backend->removed.load()) poll(self);
           self->delayed_send(self, self->state.interval, tick_atom::value);
         });

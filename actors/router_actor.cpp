@@ -18,6 +18,7 @@
 #include "core/events.hpp"
 #include "core/metrics.hpp"
 #include "core/pacing.hpp"
+#include "core/replicated_key.hpp"
 #include "core/usage.hpp"
 
 namespace scg::actors {
@@ -54,6 +55,9 @@ struct router_state {
 };
 
 namespace {
+
+using core::key_kind;
+using core::make_key;
 
 constexpr auto op_sweep_interval = std::chrono::seconds(1);  // also the tick that starts session sweeps
 constexpr std::size_t sweep_buckets = 32;   // buckets of the session directory per look at the clock
@@ -173,7 +177,7 @@ route_result decide_here(self_ptr self, const std::string& key, bool is_new = tr
   }
   core::bump(core::global_metrics().router_decisions_total);
   auto b = bind(self, key, static_cast<backend_index>(*pick));
-  replicate_put(self, "s/" + key, st.backends[b]->name);
+  replicate_put(self, make_key(key_kind::session, key), st.backends[b]->name);
   auto k = session_key::parse(key);
   if (k && is_new) core::global_usage().record_session(k->tenant, k->user_id, wall_now_ms());
   if (k)
@@ -202,7 +206,7 @@ bool released(const router_state& st, const std::string& key) {
 route_result adopt(self_ptr self, const std::string& key, const std::string& name) {
   auto b = find_backend(self->state.backends, name);
   if (!b) return decide_here(self, key);  // backend lists differ: the cluster actor logs it
-  if (released(self->state, "s/" + key)) {
+  if (released(self->state, make_key(key_kind::session, key))) {
     core::bump(core::global_metrics().router_late_bindings_total);
     spdlog::get("router")->debug("late_binding backend={} reason=\"a peer named the backend of a session "
                                  "released here since\"", name);
@@ -277,7 +281,7 @@ void decide_via_owner(self_ptr self, const std::string& key, route_callback done
 /// may hold it (bound elsewhere, or forgotten here when idle), else its
 /// owner decides.
 void resolve_in_cluster(self_ptr self, const std::string& key, route_callback done) {
-  if (auto name = replicated(self->state, "s/" + key); !name.empty()) return done(adopt(self, key, name));
+  if (auto name = replicated(self->state, make_key(key_kind::session, key)); !name.empty()) return done(adopt(self, key, name));
   decide_via_owner(self, key, done);
 }
 
@@ -296,7 +300,7 @@ constexpr std::uint32_t op_looks = 4;  // op_grace / op_looks apart
 /// replicated one. An operation runs on its session's backend, so the call
 /// routes by session rather than being refused.
 bool session_known(const router_state& st, const std::string& key) {
-  return st.table->session_backend(key) || !replicated(st, "s/" + key).empty();
+  return st.table->session_backend(key) || !replicated(st, make_key(key_kind::session, key)).empty();
 }
 
 /// Nobody knows operation `op_id`. While the cluster settles (a member came
@@ -379,7 +383,7 @@ void find_op(self_ptr self, const std::string& op_id, const std::string& key, co
   auto& st = self->state;
   if (auto op = st.table->find_op(op_id, now_ms())) return done({op->backend, {}});
   if (!st.cluster) return done({});
-  const auto name = replicated(st, "o/" + op_id);
+  const auto name = replicated(st, make_key(key_kind::operation, op_id));
   if (auto b = name.empty() ? std::nullopt : find_backend(st.backends, name)) {
     core::bump(core::global_metrics().router_operations_found_total);
     return done({*b, {}});
@@ -532,7 +536,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         auto [it, first] = st.searching.try_emplace(key);
         it->second.push_back(done);
         if (!first) return;  // a lookup or search for this session is under way
-        auto known = st.member_names.empty() ? std::string() : replicated(st, "s/" + key);
+        auto known = st.member_names.empty() ? std::string() : replicated(st, make_key(key_kind::session, key));
         if (!known.empty()) return held_known(self, key, known);
         look_up_held(self, key, {session, user, observed});
       },
@@ -553,7 +557,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // In a cluster the key's owner confirms (a concurrent decision there stands).
         auto bind_found = [=](const std::string& name) {
           auto r = adopt(self, key, name);
-          if (r.backend) replicate_put(self, "s/" + key, self->state.backends[*r.backend]->name);
+          if (r.backend) replicate_put(self, make_key(key_kind::session, key), self->state.backends[*r.backend]->name);
           for (auto& d : waiting) d(r);
         };
         const auto all = owners(st);
@@ -571,7 +575,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // newer write or release, this replica writes the binding, so the
         // others know it too and do not decide it again.
         auto& st = self->state;
-        const auto full = "s/" + key;
+        const auto full = make_key(key_kind::session, key);
         if (!replicated(st, full).empty() || released(st, full)) return;
         auto b = st.table->session_backend(key);
         if (!b || st.backends[*b]->name != name) return;  // released or rebound here meanwhile
@@ -583,7 +587,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         auto& st = self->state;
         if (st.leaving) return caf::make_error(caf::sec::request_receiver_down);
         if (auto b = st.table->find_session(key, now_ms())) return st.backends[*b]->name;
-        const auto name = replicated(st, "s/" + key);
+        const auto name = replicated(st, make_key(key_kind::session, key));
         const auto r = name.empty() ? decide_here(self, key, true, true) : adopt(self, key, name);
         return r.backend ? st.backends[*r.backend]->name : std::string();
       },
@@ -607,7 +611,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
           // Deleted first, then bound anew: peers see a deliberate move, not
           // two replicas disagreeing (which they would count as a conflict).
           st.table->erase_session(key);
-          replicate(self, erase_atom::value, "s/" + key);
+          replicate(self, erase_atom::value, make_key(key_kind::session, key));
         }
         auto r = decide_here(self, key, false);
         if (r.backend) {
@@ -626,10 +630,10 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         return core::owner_of(key, all) == st.settings.node_name;
       },
       [=](health_atom, const std::string& name, bool healthy) {
-        replicate_put(self, "h/" + name, healthy ? "healthy" : "unhealthy");
+        replicate_put(self, make_key(key_kind::health, name), core::health_value(healthy));
       },
       [=](load_atom, const std::string& name, double utilization) {
-        replicate_put(self, "l/" + name, std::to_string(utilization));
+        replicate_put(self, make_key(key_kind::load, name), core::load_value(utilization));
       },
       [=](clone_atom, const std::string& key, backend_index backend, const route_callback& done) {
         auto& st = self->state;
@@ -637,7 +641,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         core::bump(core::global_metrics().router_clones_bound_total);
         bind(self, key, backend);
         const auto& name = st.backends[backend]->name;
-        replicate_put(self, "s/" + key, name);
+        replicate_put(self, make_key(key_kind::session, key), name);
         // The clone's first call may reach any replica the moment the client
         // has its answer: the key's owner, whom a replica without the binding
         // asks, learns it before the answer goes out.
@@ -667,7 +671,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // without touching it; never a decision (a server may hold it).
         auto& st = self->state;
         if (auto b = st.table->session_backend(key)) return st.backends[*b]->name;
-        return replicated(st, "s/" + key);
+        return replicated(st, make_key(key_kind::session, key));
       },
       [=](where_op_atom, const std::string& op_id) -> std::string {
         // A peer's data path missed this operation id: our table's answer.
@@ -678,7 +682,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
       [=](op_atom, const std::string& key, std::string& op_id) {
         auto& st = self->state;
         if (auto op = st.table->find_op(op_id, now_ms()))
-          replicate_put(self, "o/" + op_id, st.backends[op->backend]->name, key,
+          replicate_put(self, make_key(key_kind::operation, op_id), st.backends[op->backend]->name, key,
                         static_cast<std::uint64_t>(op->started_wall_ms));
         // A session of this replica gets its actor with its first live operation.
         if (auto* s = st.sessions.find(key); s && !*s)
@@ -686,7 +690,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         to_session(self, key, op_atom::value, std::move(op_id));
       },
       [=](op_done_atom, const std::string& key, std::string& op_id) {
-        replicate(self, erase_atom::value, "o/" + op_id);
+        replicate(self, erase_atom::value, make_key(key_kind::operation, op_id));
         to_session(self, key, op_done_atom::value, std::move(op_id));
       },
       [=](release_atom, const std::string& key) {
@@ -694,7 +698,7 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         // session's actor (a binding learned from a peer has none here).
         core::bump(core::global_metrics().router_sessions_released_total);
         self->state.table->erase_session(key);
-        replicate(self, release_atom::value, "s/" + key);
+        replicate(self, release_atom::value, make_key(key_kind::session, key));
         if (auto* s = self->state.sessions.find(key); s && !*s) self->state.sessions.erase(key);
         to_session(self, key, release_atom::value);
         if (auto k = session_key::parse(key))
@@ -741,9 +745,9 @@ router_actor::behavior_type router_behavior(self_ptr self, router_settings setti
         self->state.backends[*b]->draining = on;
         spdlog::get("router")->info("backend_{} backend={}", on ? "draining" : "undrained", name);
         if (on)
-          replicate_put(self, "d/" + name, std::string("draining"));
+          replicate_put(self, make_key(key_kind::drain, name), std::string(core::drain_value));
         else
-          replicate(self, erase_atom::value, "d/" + name);
+          replicate(self, erase_atom::value, make_key(key_kind::drain, name));
       },
       [=](activity_atom, const std::string& name, const std::string& report) {
         const auto key = activity_key(self->state.settings.node_name, name);

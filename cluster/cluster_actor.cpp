@@ -44,6 +44,7 @@
 #include "core/clock.hpp"
 #include "core/metrics.hpp"
 #include "core/pacing.hpp"
+#include "core/replicated_key.hpp"
 #include "core/throttle.hpp"
 
 namespace scg::cluster {
@@ -173,31 +174,38 @@ spdlog::logger& log() {
 
 /// Mirrors an entry now in force into the data path's index.
 void apply(cluster_state& st, const entry& e) {
-  const bool session = e.key.rfind("s/", 0) == 0;
-  const std::string id = e.key.substr(2);
-  if (e.key.rfind("d/", 0) == 0) {  // a backend drained (live) or undrained (deleted)
-    if (auto b = actors::find_backend(st.backends, id)) st.backends[*b]->draining = !e.deleted;
-    return;
-  }
-  if (e.key.rfind("a/", 0) == 0) {  // a replica's activity on a drained backend
-    auto id_parts = actors::parse_activity_id(id);
-    if (!id_parts || id_parts->first == st.cfg.node_name) return;  // this replica counts its own live
-    if (auto b = actors::find_backend(st.backends, id_parts->second))
-      st.backends[*b]->set_peer_report(
-          id_parts->first, e.deleted ? std::nullopt : actors::decode_activity(e.backend),
-          static_cast<std::int64_t>(e.ver.time.wall_ms));
-    return;
-  }
-  if (e.key.rfind("h/", 0) == 0) {  // a backend's health, from the replica that probes it
-    if (auto b = actors::find_backend(st.backends, id); b && !e.deleted) st.backends[*b]->healthy = e.backend == "healthy";
-    return;
-  }
-  if (e.key.rfind("l/", 0) == 0) {  // a backend's utilization, from the replica that polls it
-    auto b = actors::find_backend(st.backends, id);
-    char* end = nullptr;
-    double u = std::strtod(e.backend.c_str(), &end);
-    if (b && !e.deleted && end != e.backend.c_str()) st.backends[*b]->utilization = u;
-    return;
+  using core::key_kind;
+  const auto k = core::parse_key(e.key);
+  // A kind this build does not know is taken for an operation, as before kinds had names.
+  const key_kind kind = k ? k->kind : key_kind::operation;
+  const std::string id = e.key.size() > 2 ? e.key.substr(2) : std::string();
+  const bool session = kind == key_kind::session;
+  switch (kind) {
+    case key_kind::drain:  // a backend drained (live) or undrained (deleted)
+      if (auto b = actors::find_backend(st.backends, id)) st.backends[*b]->draining = !e.deleted;
+      return;
+    case key_kind::activity: {  // a replica's activity on a drained backend
+      auto id_parts = actors::parse_activity_id(id);
+      if (!id_parts || id_parts->first == st.cfg.node_name) return;  // this replica counts its own live
+      if (auto b = actors::find_backend(st.backends, id_parts->second))
+        st.backends[*b]->set_peer_report(
+            id_parts->first, e.deleted ? std::nullopt : actors::decode_activity(e.backend),
+            static_cast<std::int64_t>(e.ver.time.wall_ms));
+      return;
+    }
+    case key_kind::health:  // a backend's health, from the replica that probes it
+      if (auto b = actors::find_backend(st.backends, id); b && !e.deleted)
+        st.backends[*b]->healthy = core::parse_health(e.backend).value_or(false);
+      return;
+    case key_kind::load: {  // a backend's utilization, from the replica that polls it
+      auto b = actors::find_backend(st.backends, id);
+      auto u = core::parse_load(e.backend);
+      if (b && !e.deleted && u) st.backends[*b]->utilization = *u;
+      return;
+    }
+    case key_kind::session:
+    case key_kind::operation:
+      break;
   }
   if (e.deleted) {
     if (session) {
@@ -445,7 +453,8 @@ entry write_local(self_ptr self, entry e) {
   // The router bound the session before this write reached us; an older
   // entry merged meanwhile (a peer's decision, handed off after a thaw) may
   // have rebound it in the data path. The write in force binds it again.
-  if (!in_force.deleted && in_force.ver.node == st.cfg.node_name && in_force.key.rfind("s/", 0) == 0)
+  if (!in_force.deleted && in_force.ver.node == st.cfg.node_name && 
+      core::has_kind(in_force.key, core::key_kind::session))
     if (auto b = actors::find_backend(st.backends, in_force.backend))
       st.sessions->rebind_if_bound(in_force.key.substr(2), *b);
   st.outbox.push_back(in_force);
@@ -511,8 +520,9 @@ void refresh_step(self_ptr self) {
   std::vector<std::string> expire, forget;
   auto visit = [&](const entry_view& e) {
     if (e.deleted && e.tombstone_expires_ms <= static_cast<std::uint64_t>(wall)) forget.emplace_back(e.key);
-    const bool session = e.key.rfind("s/", 0) == 0;
-    if (e.deleted || !(session || e.key.rfind("o/", 0) == 0)) return;  // drains do not expire
+    const auto k = core::parse_key(e.key);
+    if (e.deleted || !k || !core::is_binding(k->kind)) return;  // drains do not expire
+    const bool session = k->kind == core::key_kind::session;
     const std::int64_t ttl = session ? st.session_ttl_ms : st.op_ttl_ms;
     const auto written = static_cast<std::int64_t>(e.time.wall_ms);
     if (kept_whatever_use(written, wall, ttl)) return;
@@ -601,10 +611,11 @@ void merge_entries(self_ptr self, bool delta, Each&& each) {
     auto r = st.table->merge(e);
     // Backend state (health, load, drains) is rewritten by its owner as it
     // changes; only two different bindings of a session or operation conflict.
-    if (r.conflict && (e.key.rfind("s/", 0) == 0 || e.key.rfind("o/", 0) == 0)) {
+    const auto k = core::parse_key(e.key);
+    if (r.conflict && k && core::is_binding(k->kind)) {
       ++st.conflicts;
       core::bump(metrics.cluster_conflicts_total);
-      log().warn("conflict key_kind={} winner_node={}", e.key.rfind("s/", 0) == 0 ? "session" : "operation",
+      log().warn("conflict key_kind={} winner_node={}", core::to_string(k->kind),
                  st.table->find(e.key)->ver.node);
     }
     if (!r.applied) return;
@@ -1013,8 +1024,8 @@ cluster_actor::behavior_type cluster_behavior(self_ptr self, config::cluster cfg
       [=](actors::backend_atom, const std::string& name) {
         auto& st = self->state;
         st.table->for_each([&](const entry_view& e) {
-          const auto id = e.key.size() > 2 ? e.key.substr(2) : std::string_view();
-          if (e.backend == name || (id == name && e.key[0] != 's' && e.key[0] != 'o')) apply(st, e.to_entry());
+          const auto k = core::parse_key(e.key);
+          if (e.backend == name || (k && k->id == name && !core::is_binding(k->kind))) apply(st, e.to_entry());
         });
       },
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The layering rule of docs/architecture.md as a test: a product directory
-includes only directories below it, so the tree has no include cycle.
+includes only directories below it, so the tree has no include cycle; and
+the replicated table's key kinds are spelled only in core/replicated_key.
 
     check_layers.py ROOT          exit 1 naming every upward include
     check_layers.py --self-test   shows that an upward include is caught
@@ -32,6 +33,28 @@ def upward_includes(root):
     return found
 
 
+KEY_LITERAL = re.compile(r'"[sodhla]/"|rfind\("[sodhla]/"')
+KEYS_HEADER = ("core/replicated_key.hpp", "core/replicated_key.cpp")
+
+
+def key_literals(root):
+    """Replicated-table key kinds written as string literals outside core/replicated_key."""
+    found = []
+    for layer in LAYERS:
+        for dirpath, _, files in os.walk(os.path.join(root, layer)):
+            for name in sorted(files):
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                if not name.endswith((".hpp", ".cpp")) or rel in KEYS_HEADER:
+                    continue
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        code = line.split("//")[0]
+                        if KEY_LITERAL.search(code):
+                            found.append(f"{rel}:{n}: a key kind as a literal (use core/replicated_key.hpp)")
+    return found
+
+
 def self_test():
     with tempfile.TemporaryDirectory() as root:
         for layer in LAYERS:
@@ -47,7 +70,12 @@ def self_test():
         if found != ["cluster/b.hpp includes net/ (a layer above cluster/)"]:
             print(f"self-test: expected one upward include, got {found}")
             return 1
-    print("self-test: an upward include is caught, a downward one is not")
+        with open(os.path.join(root, "actors", "c.cpp"), "w") as f:
+            f.write('// "s/" in a comment is fine\nauto k = "s/" + id;\n')
+        if key_literals(root) != ["actors/c.cpp:2: a key kind as a literal (use core/replicated_key.hpp)"]:
+            print(f"self-test: expected one key literal, got {key_literals(root)}")
+            return 1
+    print("self-test: an upward include and a key literal are caught, a downward include and a comment are not")
     return 0
 
 
@@ -59,12 +87,12 @@ def main():
     if missing:
         print(f"layer directories missing: {missing}")
         return 1
-    found = upward_includes(root)
+    found = upward_includes(root) + key_literals(root)
     for line in found:
         print(line)
     if found:
         return 1
-    print(f"layers {' < '.join(LAYERS)}: no upward include")
+    print(f"layers {' < '.join(LAYERS)}: no upward include; no key kind written outside core/replicated_key")
     return 0
 
 
