@@ -44,14 +44,12 @@ bool all_above(const placement_policy& p, const std::vector<candidate>& backends
 }
 
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name) {
-  if (name == "least_loaded") return placement_policy::strategy::least_loaded;
-  if (name == "round_robin") return placement_policy::strategy::round_robin;
-  return std::nullopt;
+  return config::from_name(config::placement_strategy_names, name);
 }
 
 placement_policy make_policy(const config::placement& cfg) {
   placement_policy p;
-  p.kind = parse_strategy(cfg.strategy).value_or(placement_policy::strategy::least_loaded);
+  p.kind = cfg.strategy;
   p.utilization_weight = cfg.utilization_weight;
   p.session_weight = cfg.session_weight;
   p.session_cap = static_cast<std::size_t>(cfg.session_cap);

@@ -22,7 +22,8 @@ struct candidate {
 
 /// Placement settings (config `placement:`).
 struct placement_policy {
-  enum class strategy { least_loaded, round_robin } kind = strategy::least_loaded;
+  using strategy = config::placement_strategy;
+  strategy kind = strategy::least_loaded;
   double utilization_weight = 0.9;
   double session_weight = 0.1;
   std::size_t session_cap = 50;
@@ -64,7 +65,7 @@ struct pool_load {
 /// `members` are the pool's backends as placement sees them.
 pool_load load_of_pool(const placement_policy& p, const std::vector<candidate>& members);
 
-/// Parses a strategy name ("least_loaded" | "round_robin").
+/// The strategy a name stands for ("least_loaded" | "round_robin"; config::placement_strategy_names).
 std::optional<placement_policy::strategy> parse_strategy(const std::string& name);
 
 /// The policy the `placement:` config describes (validated already).

@@ -5,15 +5,21 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/backend.hpp"
+#include "actors/holder_search.hpp"
 #include "actors/placement.hpp"
+#include "actors/route_answer.hpp"
 #include "actors/router.hpp"
 #include "actors/session_table.hpp"
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(scg::actors::route_callback)
+// Local only (the data path to its router), never serialized.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(scg::actors::route_answer_ptr)
 
 namespace scg::actors {
 
@@ -53,6 +59,40 @@ using probe_atom = caf::atom_constant<caf::atom("probe")>;        // time to pro
 using probed_atom = caf::atom_constant<caf::atom("probed")>;      // a probe's outcome
 using confirm_atom = caf::atom_constant<caf::atom("confirm")>;    // is an owner's decision replicated here yet?
 using leave_atom = caf::atom_constant<caf::atom("leave")>;        // SIGTERM: hand the last writes to the peers
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  // the oldest routed call's deadline is due
+
+/// A routed call waiting in the router (self-addressed messages name it).
+using call_id = std::uint64_t;
+
+/// A live peer replica, as its cluster actor tells the router (local).
+struct member {
+  std::string name;
+  caf::actor router;           ///< its router (a peer_router_actor)
+  std::uint32_t protocol = 0;  ///< the newest cluster protocol it announced
+  bool owns_keys = false;      ///< its first sync is over (see router_state::owners)
+};
+
+/// The cluster as the cluster actor last saw it (members_atom).
+struct membership {
+  std::vector<member> peers;      ///< the members up, self excluded
+  bool self_owns_keys = false;    ///< this replica's own first sync is over
+  std::int64_t changed_ms = 0;    ///< wall ms of the last change: a member up or down, this replica synced
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member& x) {
+  return f(caf::meta::type_name("member"), x.name, x.router, x.protocol, x.owns_keys);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, membership& x) {
+  return f(caf::meta::type_name("membership"), x.peers, x.self_owns_keys, x.changed_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, holder_query& x) {
+  return f(caf::meta::type_name("holder_query"), x.session_id, x.user_id, x.observed);
+}
 
 /// What a replica's cluster actor takes from its router (cluster/messages.hpp
 /// extends it with what replicas send each other).
@@ -83,12 +123,12 @@ using peer_router_actor = caf::typed_actor<
 
 /// The router: the session directory and its placement decisions.
 using router_actor = peer_router_actor::extend<
-    // from the data path (actors::router); each answers through its callback once
-    caf::reacts_to<bind_atom, std::string, route_callback>,  // key
-    caf::reacts_to<held_atom, std::string, route_callback, std::string, std::string, std::string>,  // key, cb, session, user, observed
-    caf::reacts_to<rebind_atom, std::string, route_callback>,                  // key
-    caf::reacts_to<clone_atom, std::string, backend_index, route_callback>,   // key, the original's backend
-    caf::reacts_to<op_find_atom, std::string, std::string, route_callback, std::uint32_t>,  // op id, key, cb, looks left
+    // from the data path (actors::router); each answers through its route_answer once
+    caf::reacts_to<bind_atom, std::string, route_answer_ptr>,                // key
+    caf::reacts_to<held_atom, std::string, holder_query, route_answer_ptr>,  // key, the session as Spark keys it
+    caf::reacts_to<rebind_atom, std::string, route_answer_ptr>,              // key
+    caf::reacts_to<clone_atom, std::string, backend_index, route_answer_ptr>,  // key, the original's backend
+    caf::reacts_to<op_find_atom, std::string, std::string, route_answer_ptr>,  // op id, key
     caf::reacts_to<op_atom, std::string, std::string>,       // key, op id
     caf::reacts_to<op_done_atom, std::string, std::string>,  // key, op id
     caf::reacts_to<release_atom, std::string>,               // key
@@ -105,16 +145,13 @@ using router_actor = peer_router_actor::extend<
     caf::reacts_to<ended_atom, std::string>,  // key
     caf::reacts_to<idle_atom, std::string>,   // key
     // from the cluster actor (the sender is it)
-    // names, their routers, the newest cluster protocol each announced
-    // names, routers, protocols; the names that own keys (synced members, self included when synced);
-    // when the membership last changed (wall ms: a member up or down, this replica synced)
-    caf::reacts_to<members_atom, std::vector<std::string>, std::vector<caf::actor>, std::vector<std::uint32_t>,
-                   std::vector<std::string>, std::int64_t>,
-    caf::reacts_to<forget_atom, std::string>,                                         // key
+    caf::reacts_to<members_atom, membership>,
+    caf::reacts_to<forget_atom, std::string>,  // key
     // self-addressed
     caf::reacts_to<holder_atom, std::string, std::int64_t>,  // key, backend index or -1
     caf::reacts_to<confirm_atom, std::string, std::string>,  // key, the backend its owner named
-    caf::reacts_to<tick_atom>, caf::reacts_to<sweep_atom>>;
+    caf::reacts_to<op_find_atom, std::string, std::string, call_id, std::uint32_t>,  // op id, key, call, looks left
+    caf::reacts_to<deadline_atom>, caf::reacts_to<tick_atom>, caf::reacts_to<sweep_atom>>;
 
 /// One session with live operations (spawned by the router).
 using session_actor = caf::typed_actor<caf::reacts_to<op_atom, std::string>,       // op id
@@ -155,6 +192,10 @@ struct router_settings {
   /// every backend. A `resolve: all` entry's name covers its NAME@ADDRESS backends.
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
   std::function<void(std::size_t)> on_members;  ///< live replicas, self included, on each change
+  /// A routed call not answered by then is answered route_timeout. Not
+  /// configured: far above the longest routing chain (an owner asked twice,
+  /// a lookup, a holder search within health.timeout_ms); tests shorten it.
+  std::chrono::milliseconds route_deadline = std::chrono::seconds(30);
   std::string backend_token;   ///< what searches for a session's holder present to backends
   int search_timeout_ms = 1000;  ///< health.timeout_ms: each server's answer to a search
   /// cluster.settle_ms: for this long after the membership changed, an

@@ -42,7 +42,10 @@ struct replicated_view {
   std::function<bool(const std::string&)> released;
 };
 
-/// Called exactly once with the answer, on an actor thread.
+/// Called exactly once with the answer (actors/route_answer.hpp): on an
+/// actor thread, or on the caller's when the router is gone already. A call
+/// still unanswered after a routing deadline (30 s) hears route_timeout, one
+/// pending when the router exits shutting_down.
 using route_callback = std::function<void(route_result)>;
 
 /// Front of the router actor (session directory and placement decisions).
@@ -101,6 +104,11 @@ class router {
 
   /// Stops taking new sessions (SIGTERM drain).
   void stop_new_sessions() const;
+
+  /// Ends the router and waits until it is gone: every call it still held
+  /// has had its answer (shutting_down). Called once the workers stopped,
+  /// before they are destroyed, so no answer is posted to a worker that is gone.
+  void stop() const;
 
   /// What leave_cluster saw: the peers up, those that acknowledged every
   /// last write, and why it did not finish (empty when it did).

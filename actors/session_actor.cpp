@@ -4,6 +4,7 @@
 
 #include <unordered_set>
 
+#include "actors/router_stats.hpp"
 #include "core/metrics.hpp"
 
 namespace scg::actors {
@@ -40,8 +41,8 @@ void prune_ops(session_state& st) {
 
 session_actor::behavior_type session_behavior(self_ptr self, std::string key, std::shared_ptr<session_table> table,
                                               std::int64_t ttl_ms, router_actor router) {
-  core::global_metrics().session_actors.fetch_add(1, std::memory_order_relaxed);
-  self->attach_functor([] { core::global_metrics().session_actors.fetch_sub(1, std::memory_order_relaxed); });
+  global_router_stats().session_actors.fetch_add(1, std::memory_order_relaxed);
+  self->attach_functor([] { global_router_stats().session_actors.fetch_sub(1, std::memory_order_relaxed); });
   self->state.key = std::move(key);
   self->state.table = std::move(table);
   self->state.router = std::move(router);
@@ -68,7 +69,7 @@ session_actor::behavior_type session_behavior(self_ptr self, std::string key, st
         auto idle = last ? now_ms() - *last : ttl_ms;
         if (idle < ttl_ms) return;
         spdlog::get("router")->debug("session_expired idle_ms={}", idle);
-        core::bump(core::global_metrics().router_sessions_expired_total);
+        core::bump(global_router_stats().router_sessions_expired_total);
         forget(self);
       },
   };

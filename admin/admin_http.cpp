@@ -12,14 +12,18 @@
 #include <unordered_map>
 #include <variant>
 
+#include "actors/router_stats.hpp"
 #include "auth/admin_auth.hpp"
+#include "cluster/cluster_stats.hpp"
 #include "cluster/protocol_version.hpp"
 #include "core/address.hpp"
 #include "core/audit.hpp"
 #include "core/clock.hpp"
 #include "core/events.hpp"
 #include "core/metrics.hpp"
+#include "core/prometheus.hpp"
 #include "core/throttle.hpp"
+#include "net/net_stats.hpp"
 #include "admin/admin_access.hpp"
 #include "admin/admin_server.hpp"
 #include "admin/drain_report.hpp"
@@ -28,22 +32,7 @@
 
 namespace scg::admin {
 
-std::string prometheus_label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 namespace {
-
-std::string label(const std::string& v) { return prometheus_label(v); }
 
 nlohmann::json utilization_of(const actors::backend_state& b) {
   auto u = actors::polled_utilization(b);
@@ -346,14 +335,12 @@ namespace {
 
 /// The drain gauges of the backends `shown`: counted for drained backends
 /// only (a pass over the session table each), 0 for the others.
-void drain_metrics(const admin_view& view, const std::vector<std::size_t>& shown, std::string& out) {
+void drain_metrics(const admin_view& view, const std::vector<std::size_t>& shown, core::prometheus_writer& w) {
   std::vector<actors::drain_status> st;
   for (auto i : shown) st.push_back(drain_of(view, i));
   auto series = [&](const char* name, const char* help, auto value) {
-    out += std::string("# HELP scg_") + name + " " + help + "\n# TYPE scg_" + name + " gauge\n";
-    for (std::size_t k = 0; k < shown.size(); ++k)
-      out += std::string("scg_") + name + "{backend=\"" + label(view.backends[shown[k]]->name) + "\"} " +
-             std::to_string(value(st[k])) + "\n";
+    w.family(name, help, "gauge");
+    for (std::size_t k = 0; k < shown.size(); ++k) w.sample({{"backend", view.backends[shown[k]]->name}}, value(st[k]));
   };
   series("backend_drain_idle", "1 when the backend is drained and nothing holds it on any replica: safe to stop",
          [](const actors::drain_status& s) { return s.state == actors::drain_state::idle ? 1 : 0; });
@@ -365,11 +352,8 @@ void drain_metrics(const admin_view& view, const std::vector<std::size_t>& shown
 }
 
 /// The scg_admin_* series: the admin plane's own listeners, refusals and load.
-void admin_metrics(const admin_view& view, std::string& out) {
+void admin_metrics(const admin_view& view, core::prometheus_writer& w) {
   const auto& c = global_admin_counters();
-  auto head = [&](const char* name, const char* help, const char* type) {
-    out += std::string("# HELP scg_admin_") + name + " " + help + "\n# TYPE scg_admin_" + name + " " + type + "\n";
-  };
   struct per_listener {
     const char* name;
     const char* help;
@@ -389,23 +373,24 @@ void admin_metrics(const admin_view& view, std::string& out) {
        "counter", [](const listener_stats& s) { return static_cast<std::int64_t>(s.request_timeouts.load()); }},
   };
   for (const auto& x : series) {
-    head(x.name, x.help, x.type);
-    out += std::string("scg_admin_") + x.name + "{listener=\"admin\"} " + std::to_string(x.value(c.admin)) + "\n";
-    out += std::string("scg_admin_") + x.name + "{listener=\"probe\"} " + std::to_string(x.value(c.probe)) + "\n";
+    w.family(std::string("admin_") + x.name, x.help, x.type);
+    w.sample({{"listener", "admin"}}, x.value(c.admin));
+    w.sample({{"listener", "probe"}}, x.value(c.probe));
   }
-  head("heavy_requests", "Listings and metrics being served now (bounded by admin.max_heavy_requests)", "gauge");
-  out += "scg_admin_heavy_requests " + std::to_string(view.heavy ? view.heavy->in_use() : 0) + "\n";
-  head("requests_shed_total", "Listings and metrics answered 503 with Retry-After at admin.max_heavy_requests", "counter");
-  out += "scg_admin_requests_shed_total " + std::to_string(c.shed.load()) + "\n";
-  head("denied_total", "Admin requests refused 401 or 403, by reason", "counter");
+  w.family("admin_heavy_requests", "Listings and metrics being served now (bounded by admin.max_heavy_requests)", "gauge")
+      .sample(view.heavy ? view.heavy->in_use() : 0);
+  w.family("admin_requests_shed_total", "Listings and metrics answered 503 with Retry-After at admin.max_heavy_requests",
+           "counter")
+      .sample(c.shed.load());
+  w.family("admin_denied_total", "Admin requests refused 401 or 403, by reason", "counter");
   for (std::size_t r = 1; r < deny_reason_count; ++r)
-    out += std::string("scg_admin_denied_total{reason=\"") + std::string(to_string(static_cast<deny_reason>(r))) +
-           "\"} " + std::to_string(c.denied[r].load()) + "\n";
-  head("token_reloads_total", "Admin token files read again with new contents (SIGHUP, reload.watch_secs)", "counter");
-  out += "scg_admin_token_reloads_total " + std::to_string(c.token_reloads.load()) + "\n";
-  head("token_reload_failures_total", "Admin token files that could not be read again; the tokens in use were kept",
-       "counter");
-  out += "scg_admin_token_reload_failures_total " + std::to_string(c.token_reload_failures.load()) + "\n";
+    w.sample({{"reason", to_string(static_cast<deny_reason>(r))}}, c.denied[r].load());
+  w.family("admin_token_reloads_total", "Admin token files read again with new contents (SIGHUP, reload.watch_secs)",
+           "counter")
+      .sample(c.token_reloads.load());
+  w.family("admin_token_reload_failures_total",
+           "Admin token files that could not be read again; the tokens in use were kept", "counter")
+      .sample(c.token_reload_failures.load());
 }
 
 /// GET /api/v1/backends/{name}: one backend's entry, with its drain status.
@@ -423,24 +408,23 @@ void add_backend_routes(httplib::Server& srv, admin_view& view) {
 std::string metrics_text(const admin_view& view) {
   std::string out;
   core::global_metrics().render(out);
-  auto gauge = [&](const char* name, const char* help, const char* type) {
-    out += std::string("# HELP scg_") + name + " " + help + "\n# TYPE scg_" + name + " " + type + "\n";
-  };
-  gauge("sessions_active", "Sessions bound on this replica", "gauge");
-  out += "scg_sessions_active " + std::to_string(view.table->session_count()) + "\n";
-  gauge("operations_active", "Operations in the operation index", "gauge");
-  out += "scg_operations_active " + std::to_string(view.table->op_count()) + "\n";
+  core::prometheus_writer w(out);
+  // Each component's own block (its counters beside its code).
+  net::global_net_stats().render(w);
+  actors::global_router_stats().render(w);
+  cluster::global_cluster_stats().render(w);
+  w.family("sessions_active", "Sessions bound on this replica", "gauge").sample(view.table->session_count());
+  w.family("operations_active", "Operations in the operation index", "gauge").sample(view.table->op_count());
   if (view.cluster) {
     // One series per peer: bounded by the cluster's size, never by traffic.
     const auto members = view.cluster->members();
-    gauge("cluster_member_up", "1 while the peer replica is connected, 0 when it is down", "gauge");
+    w.family("cluster_member_up", "1 while the peer replica is connected, 0 when it is down", "gauge");
     for (const auto& m : members)
-      if (m.status != "self") out += "scg_cluster_member_up{member=\"" + label(m.name) + "\"} " + (m.status == "up" ? "1" : "0") + "\n";
-    gauge("cluster_replication_lag_seconds", "Age of the oldest entry in the last batch from the peer when it arrived here", "gauge");
+      if (m.status != "self") w.sample({{"member", m.name}}, m.status == "up" ? 1 : 0);
+    w.family("cluster_replication_lag_seconds",
+             "Age of the oldest entry in the last batch from the peer when it arrived here", "gauge");
     for (const auto& m : members)
-      if (m.status != "self")
-        out += "scg_cluster_replication_lag_seconds{member=\"" + label(m.name) + "\"} " +
-               std::to_string(static_cast<double>(m.lag_ms) / 1000.0) + "\n";
+      if (m.status != "self") w.sample({{"member", m.name}}, static_cast<double>(m.lag_ms) / 1000.0);
   }
 
   auto bound = view.table->sessions_per_backend(view.backends.size());
@@ -482,14 +466,12 @@ std::string metrics_text(const admin_view& view) {
   for (std::size_t i = 0; i < view.backends.size(); ++i)
     if (actors::find_backend(view.backends, view.backends[i]->name) == i) shown.push_back(i);
   for (const auto& s : series) {
-    gauge(s.name, s.help, s.type);
-    for (auto i : shown)
-      out += std::string("scg_") + s.name + "{backend=\"" + label(view.backends[i]->name) + "\"} " +
-             s.value(i) + "\n";
+    w.family(s.name, s.help, s.type);
+    for (auto i : shown) w.sample({{"backend", view.backends[i]->name}}, s.value(i));
   }
-  drain_metrics(view, shown, out);
-  append_usage_metrics(out, view);
-  admin_metrics(view, out);
+  drain_metrics(view, shown, w);
+  append_usage_metrics(w, view);
+  admin_metrics(view, w);
   return out;
 }
 

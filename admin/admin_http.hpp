@@ -61,9 +61,6 @@ struct admin_view {
   const request_gate* heavy = nullptr;  ///< admin.max_heavy_requests in use (set by admin_http)
 };
 
-/// A Prometheus label value with \, " and newlines escaped.
-std::string prometheus_label(const std::string& v);
-
 /// The admin plane: every endpoint on `addr`, and /healthz and /readyz alone
 /// on `plane.probe_addr` when set. Each request is decided by
 /// admin/admin_access.hpp (role from `tokens`, Origin, admin.open_metrics)

@@ -7,6 +7,8 @@
 #include <unordered_map>
 
 #include "actors/placement.hpp"
+#include "core/clock.hpp"
+#include "core/prometheus.hpp"
 #include "core/usage.hpp"
 #include "admin/admin_http.hpp"
 
@@ -15,10 +17,6 @@ namespace scg::admin {
 namespace {
 
 using core::usage_ledger;
-
-void head(std::string& out, const char* name, const char* help, const char* type) {
-  out += std::string("# HELP scg_") + name + " " + help + "\n# TYPE scg_" + name + " " + type + "\n";
-}
 
 std::string seconds(std::uint64_t ms) { return std::to_string(static_cast<double>(ms) / 1000.0); }
 
@@ -49,107 +47,107 @@ std::vector<pool_view> pools_of(const admin_view& view) {
   return out;
 }
 
-void append_pool_metrics(std::string& out, const admin_view& view) {
+void append_pool_metrics(core::prometheus_writer& w, const admin_view& view) {
   const auto pools = pools_of(view);
   std::vector<actors::pool_load> loads;
   for (const auto& p : pools) loads.push_back(actors::load_of_pool(view.policy, p.members));
   const auto sheds = core::global_pool_sheds().snapshot();
   auto each = [&](const char* name, const char* help, const char* type, auto value) {
-    head(out, name, help, type);
-    for (std::size_t i = 0; i < pools.size(); ++i)
-      out += std::string("scg_") + name + "{pool=\"" + prometheus_label(pools[i].name) + "\"} " + value(i) + "\n";
+    w.family(name, help, type);
+    for (std::size_t i = 0; i < pools.size(); ++i) w.sample({{"pool", pools[i].name}}, value(i));
   };
   each("pool_backends", "Backends in the pool (tenants.pools; _all: every backend)", "gauge",
-       [&](std::size_t i) { return std::to_string(loads[i].backends); });
+       [&](std::size_t i) { return loads[i].backends; });
   each("pool_backends_eligible", "Backends of the pool that can take a new session (healthy, not draining)", "gauge",
-       [&](std::size_t i) { return std::to_string(loads[i].eligible); });
+       [&](std::size_t i) { return loads[i].eligible; });
   each("pool_sessions", "Sessions bound to the pool's backends", "gauge",
-       [&](std::size_t i) { return std::to_string(loads[i].sessions); });
+       [&](std::size_t i) { return loads[i].sessions; });
   each("pool_saturation", "Mean placement score of the pool's eligible backends; 1 when none is eligible", "gauge",
-       [&](std::size_t i) { return std::to_string(loads[i].saturation); });
+       [&](std::size_t i) { return loads[i].saturation; });
   each("pool_sessions_shed_total", "New sessions of the pool's tenants shed (placement.shed_above)", "counter",
        [&](std::size_t i) {
          auto it = sheds.find(pools[i].name);
-         return std::to_string(it == sheds.end() ? 0 : it->second);
+         return it == sheds.end() ? 0 : it->second;
        });
-  head(out, "pool_score", "Placement score of the pool's eligible backends: min, mean, max (0 with none)", "gauge");
+  w.family("pool_score", "Placement score of the pool's eligible backends: min, mean, max (0 with none)", "gauge");
   for (std::size_t i = 0; i < pools.size(); ++i) {
-    const auto l = "scg_pool_score{pool=\"" + prometheus_label(pools[i].name) + "\",stat=\"";
-    out += l + "min\"} " + std::to_string(loads[i].score_min) + "\n";
-    out += l + "mean\"} " + std::to_string(loads[i].score_mean) + "\n";
-    out += l + "max\"} " + std::to_string(loads[i].score_max) + "\n";
+    w.sample({{"pool", pools[i].name}, {"stat", "min"}}, loads[i].score_min);
+    w.sample({{"pool", pools[i].name}, {"stat", "mean"}}, loads[i].score_mean);
+    w.sample({{"pool", pools[i].name}, {"stat", "max"}}, loads[i].score_max);
   }
 }
 
-void append_tenant_metrics(std::string& out, const admin_view& view) {
+/// The execution figures both a tenant's and a user's series show.
+struct execution_column {
+  const char* tenant_name;
+  const char* tenant_help;
+  const char* user_name;
+  const char* user_help;
+  std::string (*value)(const core::usage_figures&);
+};
+const execution_column execution_columns[] = {
+    {"tenant_executions_total", "ExecutePlan calls of the tenant that reached a backend", "user_executions_total",
+     "ExecutePlan calls of the user that reached a backend",
+     [](const core::usage_figures& f) { return std::to_string(f.executions); }},
+    {"tenant_execution_seconds_total",
+     "Time the tenant's execution streams (ExecutePlan, ReattachExecute) were open", "user_execution_seconds_total",
+     "Time the user's execution streams were open",
+     [](const core::usage_figures& f) { return seconds(f.execution_ms); }},
+    {"tenant_result_bytes_total", "ExecutePlanResponse message bytes streamed to the tenant",
+     "user_result_bytes_total", "ExecutePlanResponse message bytes streamed to the user",
+     [](const core::usage_figures& f) { return std::to_string(f.result_bytes); }},
+    {"tenant_result_rows_total", "Rows streamed to the tenant: the sum of arrow_batch.row_count",
+     "user_result_rows_total", "Rows streamed to the user (arrow_batch.row_count)",
+     [](const core::usage_figures& f) { return std::to_string(f.result_rows); }},
+};
+
+void append_tenant_metrics(core::prometheus_writer& w, const admin_view& view) {
   const auto& usage = *view.usage;
   const auto totals = usage.totals();
   auto each = [&](const char* name, const char* help, auto value) {
-    head(out, name, help, "counter");
-    for (const auto& t : totals)
-      out += std::string("scg_") + name + "{tenant=\"" + prometheus_label(t.tenant) + "\"} " + value(t.figures) + "\n";
+    w.family(name, help, "counter");
+    for (const auto& t : totals) w.sample({{"tenant", t.tenant}}, value(t.figures));
   };
   each("tenant_sessions_total", "New sessions placed for the tenant (counted by the replica that decided)",
        [](const auto& f) { return std::to_string(f.sessions); });
-  each("tenant_executions_total", "ExecutePlan calls of the tenant that reached a backend",
-       [](const auto& f) { return std::to_string(f.executions); });
-  each("tenant_execution_seconds_total", "Time the tenant's execution streams (ExecutePlan, ReattachExecute) were open",
-       [](const auto& f) { return seconds(f.execution_ms); });
-  each("tenant_result_bytes_total", "ExecutePlanResponse message bytes streamed to the tenant",
-       [](const auto& f) { return std::to_string(f.result_bytes); });
-  each("tenant_result_rows_total", "Rows streamed to the tenant: the sum of arrow_batch.row_count",
-       [](const auto& f) { return std::to_string(f.result_rows); });
-  head(out, "tenant_rpcs_total", "Calls of the tenant finished, by method", "counter");
+  for (const auto& c : execution_columns) each(c.tenant_name, c.tenant_help, c.value);
+  w.family("tenant_rpcs_total", "Calls of the tenant finished, by method", "counter");
   for (const auto& t : totals)
     for (std::size_t r = 0; r < core::rpc_count; ++r)
-      if (t.rpcs[r] > 0)
-        out += "scg_tenant_rpcs_total{tenant=\"" + prometheus_label(t.tenant) + "\",method=\"" +
-               std::string(core::rpc_name(static_cast<core::rpc>(r))) + "\"} " + std::to_string(t.rpcs[r]) + "\n";
-  head(out, "tenant_rejections_total", "Calls of the tenant scg answered itself, by reason (core/local_reply.hpp)",
-       "counter");
+      if (t.rpcs[r] > 0) w.sample({{"tenant", t.tenant}, {"method", core::rpc_name(static_cast<core::rpc>(r))}}, t.rpcs[r]);
+  w.family("tenant_rejections_total", "Calls of the tenant scg answered itself, by reason (core/local_reply.hpp)",
+           "counter");
   for (const auto& t : totals)
     for (std::size_t r = 0; r < core::local_reason_count; ++r)
-      if (t.rejections[r] > 0)
-        out += "scg_tenant_rejections_total{tenant=\"" + prometheus_label(t.tenant) + "\",reason=\"" +
-               std::string(core::local_replies()[r].name) + "\"} " + std::to_string(t.rejections[r]) + "\n";
+      if (t.rejections[r] > 0) w.sample({{"tenant", t.tenant}, {"reason", core::local_replies()[r].name}}, t.rejections[r]);
   // Live sessions: every tenant with sessions, those not kept by name under "_other".
   std::unordered_map<std::string, std::size_t> live;
   for (const auto& t : totals) live.emplace(t.tenant, 0);
   for (const auto& [tenant, n] : view.table->sessions_by_tenant())
     (live.count(tenant) ? live[tenant] : live[std::string(usage_ledger::other)]) += n;
-  head(out, "tenant_sessions_active", "Sessions of the tenant bound now (the cluster's, as this replica's table holds them)",
-       "gauge");
-  for (const auto& t : totals)
-    out += "scg_tenant_sessions_active{tenant=\"" + prometheus_label(t.tenant) + "\"} " + std::to_string(live[t.tenant]) + "\n";
+  w.family("tenant_sessions_active", "Sessions of the tenant bound now (the cluster's, as this replica's table holds them)",
+           "gauge");
+  for (const auto& t : totals) w.sample({{"tenant", t.tenant}}, live[t.tenant]);
   if (live.count(std::string(usage_ledger::other)) && !std::any_of(totals.begin(), totals.end(), [](const auto& t) {
         return t.tenant == usage_ledger::other;
       }))
-    out += "scg_tenant_sessions_active{tenant=\"_other\"} " + std::to_string(live[std::string(usage_ledger::other)]) + "\n";
-  head(out, "accounting_tenant_overflows_total", "Calls and sessions counted under tenant _other: accounting.max_tenants reached",
-       "counter");
-  out += "scg_accounting_tenant_overflows_total " + std::to_string(usage.tenant_overflows()) + "\n";
-  head(out, "accounting_user_overflows_total", "Calls and sessions counted under user _other: accounting.max_users reached",
-       "counter");
-  out += "scg_accounting_user_overflows_total " + std::to_string(usage.user_overflows()) + "\n";
+    w.sample({{"tenant", usage_ledger::other}}, live[std::string(usage_ledger::other)]);
+  w.family("accounting_tenant_overflows_total",
+           "Calls and sessions counted under tenant _other: accounting.max_tenants reached", "counter")
+      .sample(usage.tenant_overflows());
+  w.family("accounting_user_overflows_total", "Calls and sessions counted under user _other: accounting.max_users reached",
+           "counter")
+      .sample(usage.user_overflows());
 
   const auto top = usage.top_users(usage.options().prometheus_users);
   if (top.empty()) return;
   auto user = [&](const char* name, const char* help, auto value) {
-    head(out, name, help, "counter");
-    for (const auto& u : top)
-      out += std::string("scg_") + name + "{tenant=\"" + prometheus_label(u.tenant) + "\",user=\"" +
-             prometheus_label(u.user) + "\"} " + value(u.figures) + "\n";
+    w.family(name, help, "counter");
+    for (const auto& u : top) w.sample({{"tenant", u.tenant}, {"user", u.user}}, value(u.figures));
   };
   user("user_rpcs_total", "Calls of the user (the accounting.prometheus_users users with the most)",
        [](const auto& f) { return std::to_string(f.rpcs); });
-  user("user_executions_total", "ExecutePlan calls of the user that reached a backend",
-       [](const auto& f) { return std::to_string(f.executions); });
-  user("user_execution_seconds_total", "Time the user's execution streams were open",
-       [](const auto& f) { return seconds(f.execution_ms); });
-  user("user_result_bytes_total", "ExecutePlanResponse message bytes streamed to the user",
-       [](const auto& f) { return std::to_string(f.result_bytes); });
-  user("user_result_rows_total", "Rows streamed to the user (arrow_batch.row_count)",
-       [](const auto& f) { return std::to_string(f.result_rows); });
+  for (const auto& c : execution_columns) user(c.user_name, c.user_help, c.value);
 }
 
 nlohmann::json figures_json(const core::usage_figures& f) {
@@ -159,16 +157,11 @@ nlohmann::json figures_json(const core::usage_figures& f) {
           {"rpcs", f.rpcs},                 {"rejections", f.rejections}};
 }
 
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
-void append_usage_metrics(std::string& out, const admin_view& view) {
-  if (view.usage) append_tenant_metrics(out, view);
-  append_pool_metrics(out, view);
+void append_usage_metrics(core::prometheus_writer& w, const admin_view& view) {
+  if (view.usage) append_tenant_metrics(w, view);
+  append_pool_metrics(w, view);
 }
 
 std::variant<usage_query, std::string> parse_usage_query(const std::string& by, const std::string& window,
@@ -241,7 +234,7 @@ void add_usage_routes(httplib::Server& srv, const admin_view& view) {
     auto q = parse_usage_query(req.get_param_value("by"), req.get_param_value("window"),
                                req.get_param_value("limit"), req.get_param_value("tenant"));
     if (auto* why = std::get_if<std::string>(&q)) return error(400, *why);
-    res.set_content(usage_json(view, std::get<usage_query>(q), wall_ms()), "application/json");
+    res.set_content(usage_json(view, std::get<usage_query>(q), core::wall_now_ms()), "application/json");
   });
   srv.Get("/api/v1/pools", [&view](const httplib::Request&, httplib::Response& res) {
     res.set_content(pools_json(view), "application/json");

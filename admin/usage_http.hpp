@@ -8,6 +8,8 @@
 #include <string>
 #include <variant>
 
+#include "core/prometheus.hpp"
+
 namespace httplib {
 class Server;
 }
@@ -18,7 +20,7 @@ struct admin_view;
 
 /// Appends the scg_tenant_*, scg_user_* (with accounting.prometheus_users)
 /// and scg_pool_* series to `out`.
-void append_usage_metrics(std::string& out, const admin_view& view);
+void append_usage_metrics(core::prometheus_writer& w, const admin_view& view);
 
 /// A GET /api/v1/usage request: by tenant or user, over the last `minutes`.
 struct usage_query {

@@ -40,16 +40,33 @@
 
 namespace scg::app {
 
-void setup_logging(const std::string& level, const std::string& format) {
+namespace {
+
+spdlog::level::level_enum spdlog_level(config::log_level level) {
+  using config::log_level;
+  switch (level) {
+    case log_level::trace: return spdlog::level::trace;
+    case log_level::debug: return spdlog::level::debug;
+    case log_level::info: return spdlog::level::info;
+    case log_level::warn: return spdlog::level::warn;
+    case log_level::error: return spdlog::level::err;
+    case log_level::off: return spdlog::level::off;
+  }
+  return spdlog::level::info;
+}
+
+}  // namespace
+
+void setup_logging(const config::logging& cfg) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   for (const char* name : {"main", "forward", "router", "backend", "admin", "cluster", "audit"}) {
     if (spdlog::get(name)) continue;
     auto logger = std::make_shared<spdlog::logger>(name, sink);
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %n %v");
-    logger->set_level(spdlog::level::from_str(level));
+    logger->set_level(spdlog_level(cfg.level));
     spdlog::register_logger(logger);
   }
-  core::set_log_format(format);
+  core::set_log_format(cfg.format);
 }
 
 namespace {
@@ -272,13 +289,17 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
 
 }  // namespace
 
-std::optional<config::error> check_secrets(const config::gateway& cfg) {
-  auto auth = auth::authenticator::create(cfg.security);
-  if (auto* err = std::get_if<config::error>(&auth)) return *err;
-  auto tokens = auth::resolve_backend_tokens(cfg.security);
-  if (auto* err = std::get_if<config::error>(&tokens)) return *err;
-  auth::admin_tokens admin_tokens;
-  return auth::load_admin_tokens(cfg.admin, admin_tokens);
+config::result<secrets> read_secrets(const config::gateway& cfg) {
+  secrets s;
+  config::result<std::unique_ptr<auth::authenticator>> created = auth::authenticator::create(cfg.security);
+  if (!created.ok()) return created.error();
+  s.authenticator = std::move(created).value();
+  config::result<auth::backend_credentials> tokens = auth::resolve_backend_tokens(cfg.security);
+  if (!tokens.ok()) return tokens.error();
+  s.backend_tokens = std::move(tokens).value();
+  s.admin_tokens = std::make_unique<auth::admin_tokens>();
+  if (auto err = auth::load_admin_tokens(cfg.admin, *s.admin_tokens)) return *err;
+  return s;
 }
 
 int run_gateway(const config::gateway& cfg, const std::string& config_path, const std::string& port_file) {
@@ -313,19 +334,14 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   backend_keeper keeper{cfg, backends};
   keeper.apply(cfg.backends, nullptr);  // the router starts the actors of these
   auto table = std::make_shared<actors::session_table>(actors::backend_list::capacity);
-  auto created = auth::authenticator::create(cfg.security);
-  auto tokens = auth::resolve_backend_tokens(cfg.security);
-  for (const config::error* err : {std::get_if<config::error>(&created), std::get_if<config::error>(&tokens)})
-    if (err) {
-      log->error("startup_failed reason=\"{}\"", err->to_string());
-      return 1;
-    }
-  auto authenticator = std::move(std::get<std::unique_ptr<auth::authenticator>>(created));
-  auth::admin_tokens admin_tokens;
-  if (auto err = auth::load_admin_tokens(cfg.admin, admin_tokens)) {
-    log->error("startup_failed reason=\"{}\"", err->to_string());
+  auto read = read_secrets(cfg);
+  if (!read.ok()) {
+    log->error("startup_failed reason=\"{}\"", read.error().to_string());
     return 1;
   }
+  secrets& found = read.value();
+  auto& authenticator = found.authenticator;
+  auth::admin_tokens& admin_tokens = *found.admin_tokens;
   // Tokens are read again on SIGHUP and every reload.watch_secs (a Secret
   // mounted as a volume is updated in place); a file gone bad keeps the old ones.
   auto reread_admin_tokens = [&cfg, &admin_tokens, &log] {
@@ -352,7 +368,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.tracer = tracer.get();
   fx.auth = authenticator.get();
   fx.limiter = &limiter;
-  fx.backend_tokens = std::get<auth::backend_credentials>(std::move(tokens));
+  fx.backend_tokens = std::move(found.backend_tokens);
   fx.limits = cfg.limits;
   for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
   fx.qualify_users = cfg.security.tenants.qualify_users;
@@ -379,7 +395,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.table = table;
   fx.router = &router;
   fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
-  fx.rebind_lost = cfg.on_backend_lost.action == "rebind";
+  fx.rebind_lost = cfg.on_backend_lost.action == config::lost_action::rebind;
 
   admin::admin_view view;
   view.backends = backends;
@@ -452,6 +468,9 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
       else
         log->info("left_cluster peers={} acknowledged={}", left.peers, left.acknowledged);
     }
+    // The router answers what it still holds before the workers those
+    // answers go to are destroyed (with the door, at the end of this scope).
+    router.stop();
     log->info("stopped");
   } catch (const std::exception& e) {
     log->error("startup_failed reason=\"{}\"", e.what());

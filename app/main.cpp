@@ -4,6 +4,7 @@
 //   scg --version
 //   scg drain [--wait] [--timeout SECS] [--admin URL] [--token-file FILE] [--undrain] BACKEND
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -62,6 +63,12 @@ int usage(const char* msg) {
   return 2;
 }
 
+/// What `scg` prints for a configuration it cannot use: one line naming the field.
+int invalid_config(const std::string& path, const scg::config::error& err) {
+  std::cerr << "scg: invalid config " << path << ": " << err.to_string() << "\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,11 +78,22 @@ int main(int argc, char** argv) {
     return scg::app::run_drain(std::get<scg::app::drain_args>(parsed), std::cout, std::cerr);
   }
   std::string config_path, check_path, port_file;
+  // Hidden, test-only flags (in no usage text): config::cluster's test_* fields.
+  int test_flush_delay_ms = -1, test_cluster_protocol = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string& out) {
       if (i + 1 >= argc) return false;
       out = argv[++i];
+      return true;
+    };
+    auto number = [&](int& out, long low, long high) {
+      std::string text;
+      if (!value(text)) return false;
+      char* end = nullptr;
+      const long n = std::strtol(text.c_str(), &end, 10);
+      if (end == text.c_str() || *end != '\0' || n < low || n > high) return false;
+      out = static_cast<int>(n);
       return true;
     };
     if (arg == "--version") {
@@ -87,6 +105,10 @@ int main(int argc, char** argv) {
       if (!value(check_path)) return usage("--check-config needs a FILE");
     } else if (arg == "--port-file") {
       if (!value(port_file)) return usage("--port-file needs a FILE");
+    } else if (arg == "--test-flush-delay-ms") {
+      if (!number(test_flush_delay_ms, 0, 600'000)) return usage("--test-flush-delay-ms needs 0 to 600000");
+    } else if (arg == "--test-cluster-protocol") {
+      if (!number(test_cluster_protocol, 1, 999)) return usage("--test-cluster-protocol needs 1 to 999");
     } else {
       return usage(("unknown argument " + arg).c_str());
     }
@@ -94,22 +116,16 @@ int main(int argc, char** argv) {
   const std::string& path = check_path.empty() ? config_path : check_path;
   if (path.empty()) return usage("--config FILE is required");
 
-  auto loaded = scg::config::load(path);
-  if (auto* err = std::get_if<scg::config::error>(&loaded)) {
-    std::cerr << "scg: invalid config " << path << ": " << err->to_string() << "\n";
-    return 1;
-  }
+  const auto loaded = scg::config::load(path);
+  if (!loaded.ok()) return invalid_config(path, loaded.error());
+  const scg::config::gateway& cfg = loaded.value();
   if (!check_path.empty()) {
     // Keys and secrets are read at start: read them now too, so a missing
     // file or variable shows here rather than when the replica starts.
-    if (auto err = scg::app::check_secrets(std::get<scg::config::gateway>(loaded))) {
-      std::cerr << "scg: invalid config " << path << ": " << err->to_string() << "\n";
-      return 1;
-    }
+    if (const auto secrets = scg::app::read_secrets(cfg); !secrets.ok()) return invalid_config(path, secrets.error());
     std::cout << "scg: " << path << " is valid\n";
     return 0;
   }
-  const auto& cfg = std::get<scg::config::gateway>(loaded);
 
   // Block the stop signals in every thread; the gateway waits for them.
   sigset_t set;
@@ -120,6 +136,11 @@ int main(int argc, char** argv) {
 #ifdef SCG_JEMALLOC
   scg::core::allocator() = {jemalloc_allocated, jemalloc_release_freed};
 #endif
-  scg::app::setup_logging(cfg.logging.level, cfg.logging.format);
-  return scg::app::run_gateway(cfg, config_path, port_file);
+  scg::app::setup_logging(cfg.logging);
+  auto run_cfg = cfg;  // the hidden flags ride in the cluster section to the cluster actor
+  if (run_cfg.cluster) {
+    run_cfg.cluster->test_flush_delay_ms = test_flush_delay_ms;
+    run_cfg.cluster->test_cluster_protocol = test_cluster_protocol;
+  }
+  return scg::app::run_gateway(run_cfg, config_path, port_file);
 }

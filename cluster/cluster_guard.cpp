@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/cluster_stats.hpp"
 #include "cluster/frame_check.hpp"
 #include "core/metrics.hpp"
 #include "core/listen_endpoint.hpp"
@@ -48,7 +49,7 @@ struct cluster_guard::impl {
   /// Counts a refused connection and logs it, at most once a second (a
   /// flood would otherwise fill the log).
   void refused(const std::string& peer, const std::string& reason) {
-    core::bump(core::global_metrics().cluster_connections_refused_total);
+    core::bump(global_cluster_stats().cluster_connections_refused_total);
     const auto now = std::chrono::steady_clock::now();
     if (now - last_log < std::chrono::seconds(1)) return;
     last_log = now;

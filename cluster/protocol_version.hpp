@@ -34,6 +34,16 @@ inline peer_version legacy_peer() { return {1, 1, ""}; }
 /// This build, as it announces itself.
 inline peer_version this_build() { return {protocol_version, min_protocol_version, SCG_VERSION}; }
 
+/// What a replica announces: this build, or protocol `only` alone when it
+/// is 1 to 999 (the hidden, test-only --test-cluster-protocol flag: a test
+/// starts a peer this build cannot speak with, or one of an older protocol,
+/// tests/integration/upgrade_test.cpp); no setting and no contract.
+inline peer_version announced_version(std::uint32_t only) {
+  auto v = this_build();
+  if (only > 0 && only < 1000) v.protocol = v.min_protocol = only;
+  return v;
+}
+
 /// The protocol `ours` and `theirs` speak with each other: the newest both
 /// speak, 0 when their ranges do not meet (or either range is empty): refuse.
 inline std::uint32_t common_protocol(const peer_version& ours, const peer_version& theirs) {

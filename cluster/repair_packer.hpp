@@ -3,7 +3,7 @@
 // bindings packs 64 buckets of about 15,600 entries, and a step that packed
 // a bucket whole (4 to 13 ms) kept the routers' questions to the cluster
 // actor waiting that long. Pure, no actors (tests/unit/repair_packer_test.cpp);
-// the cluster actor takes one message per step (cluster_actor.cpp, repair_step).
+// the cluster actor takes one message per step (cluster/sync.cpp, repair_step).
 
 #include <cstddef>
 #include <cstdint>

@@ -8,6 +8,7 @@
 // past its time, and a member down since before then is repaired by digest.
 // Pure: no actors (tests/unit/write_log_test.cpp).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,16 @@
 #include <vector>
 
 namespace scg::cluster {
+
+/// From when (wall ms) writes sent to a member seen down at `now_ms` may
+/// have been lost, so are handed to it when it is back: since it was last
+/// heard (`last_seen_ms`) or since its link went silent long enough to be
+/// dropped (`silence_ms`: the connection time-out and a heartbeat),
+/// whichever is earlier, less `margin_ms` for writes lost on the way.
+inline std::int64_t missed_since_ms(std::int64_t last_seen_ms, std::int64_t now_ms, std::int64_t silence_ms,
+                                    std::int64_t margin_ms) {
+  return std::min(last_seen_ms, now_ms - silence_ms) - margin_ms;
+}
 
 class write_log {
  public:

@@ -55,16 +55,17 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
+#include "config/error.hpp"
 
 namespace YAML {
 class Node;
 }
 namespace scg::config {
-
-struct error;  // config/config.hpp: callers that look inside an error include it
+namespace yaml {
+struct field;  // config/yaml_read.hpp
+}
 
 /// The JWT signature algorithms scg accepts. `none` is not one of them, ever.
 enum class jwt_algorithm { rs256, es256, hs256 };
@@ -161,18 +162,21 @@ struct security_config {
 
 /// Each parser takes the section's node as found under the root (undefined or
 /// null: defaults) and returns the section or the first bad field.
-std::variant<auth_config, error> parse_auth(const YAML::Node& n);
+result<auth_config> parse_auth(const YAML::Node& n);
 /// `backend_names` are the configured backends' names; pools may name only
 /// those (an empty list skips the check).
-std::variant<tenants_config, error> parse_tenants(
-    const YAML::Node& n, const std::vector<std::string>& backend_names);
-std::variant<std::optional<secret_ref>, error> parse_backend_token(const YAML::Node& n);
-std::variant<rate_limits_config, error> parse_rate_limits(const YAML::Node& n);
+result<tenants_config> parse_tenants(const YAML::Node& n, const std::vector<std::string>& backend_names);
+result<std::optional<secret_ref>> parse_backend_token(const YAML::Node& n);
+result<rate_limits_config> parse_rate_limits(const YAML::Node& n);
 
 /// Reads root["auth"], ["tenants"], ["backend_token"], ["rate_limits"] and
 /// checks them against each other (e.g. tenants from claim needs a token).
-std::variant<security_config, error> parse_security(
-    const YAML::Node& root, const std::vector<std::string>& backend_names);
+result<security_config> parse_security(const YAML::Node& root, const std::vector<std::string>& backend_names);
+
+/// The same four keys as rows of the root's field table (config/config.cpp),
+/// read into `out`; `backend_names` is read when tenants are, so it may be
+/// filled by an earlier row.
+std::vector<yaml::field> security_fields(security_config& out, const std::vector<std::string>& backend_names);
 
 /// A tenant name scg accepts from config, claims or headers: 1 to 128 of
 /// A-Z a-z 0-9 . _ - (tenants become metric labels and key parts).

@@ -29,22 +29,6 @@ std::string child(const std::string& path, const std::string& key) { return path
 
 std::string item(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
-void check_keys(const YAML::Node& n, const std::string& path, std::initializer_list<std::string_view> known) {
-  const std::string where = path.empty() ? "(root)" : path;
-  if (!n.IsMap()) reject(where, "expected a map, got " + describe(n));
-  std::vector<std::string> seen;
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) reject(where, "keys must be strings");
-    const std::string& key = kv.first.Scalar();
-    bool is_known = false;
-    for (auto k : known) is_known = is_known || k == key;
-    if (!is_known) reject(child(path, key), "unknown key");
-    for (const auto& s : seen)
-      if (s == key) reject(child(path, key), "duplicate key");
-    seen.push_back(key);
-  }
-}
-
 bool present(const YAML::Node& n) { return n.IsDefined() && !n.IsNull(); }
 
 std::string as_string(const YAML::Node& n, const std::string& path) {
@@ -80,9 +64,58 @@ double as_number(const YAML::Node& n, const std::string& path) {
   return v;
 }
 
-void read_int(const YAML::Node& parent, const std::string& path, const char* key, int& out, long long lo,
-              long long hi) {
-  if (parent[key]) out = static_cast<int>(integer_in(parent[key], child(path, key), lo, hi));
+void reject_choice(const std::string& path, const char* what, const std::string& got,
+                   const std::vector<std::string_view>& names) {
+  std::string expected;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  if (!what) reject(path, "expected " + expected + ", got " + in_quotes(got));
+  reject(path, "unknown " + std::string(what) + " " + in_quotes(got) + " (expected " + expected + ")");
+}
+
+void read_fields(const YAML::Node& n, const std::string& path, const std::vector<field>& fields) {
+  const std::string where = path.empty() ? "(root)" : path;
+  if (!n.IsMap()) reject(where, "expected a map, got " + describe(n));
+  std::vector<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) reject(where, "keys must be strings");
+    const std::string& key = kv.first.Scalar();
+    bool known = false;
+    for (const auto& f : fields) known = known || (!f.key.empty() && f.key == key);
+    if (!known) reject(child(path, key), "unknown key");
+    for (const auto& s : seen)
+      if (s == key) reject(child(path, key), "duplicate key");
+    seen.push_back(key);
+  }
+  for (const auto& f : fields) {
+    const std::string key(f.key);
+    if (key.empty())
+      f.read(n, path);
+    else if (const YAML::Node value = n[key])
+      f.read(value, child(path, key));
+    else if (f.required)
+      reject(child(path, key), f.required);
+  }
+}
+
+reader integer(int& out, long long lo, long long hi) {
+  return [&out, lo, hi](const YAML::Node& n, const std::string& path) {
+    out = static_cast<int>(integer_in(n, path, lo, hi));
+  };
+}
+
+reader text(std::string& out) {
+  return [&out](const YAML::Node& n, const std::string& path) { out = as_string(n, path); };
+}
+
+reader non_empty_text(std::string& out) {
+  return [&out](const YAML::Node& n, const std::string& path) { out = non_empty(n, path); };
+}
+
+reader section(reader read) {
+  return [read = std::move(read)](const YAML::Node& n, const std::string& path) {
+    if (present(n)) read(n, path);
+  };
 }
 
 }  // namespace scg::config::yaml

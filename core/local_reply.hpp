@@ -88,7 +88,9 @@ enum class reply_level : std::uint8_t { debug, info, warn };
     "the replica is shutting down (new sessions refused, calls cut at shutdown.deadline_secs)")                    \
   X(operation_unsettled, unavailable, info, false, router_operations_unsettled_total,                               \
     "an operation id no replica answered for, under a session unknown here, while the cluster settles "            \
-    "(cluster.settle_ms after a member came or went, or a peer did not answer): it may live on a replica not heard yet")
+    "(cluster.settle_ms after a member came or went, or a peer did not answer): it may live on a replica not heard yet") \
+  X(route_timeout, unavailable, warn, false, router_route_timeouts_total,                                          \
+    "the router gave no backend within its routing deadline (30 s): the call never reached a backend, a retry is safe")
 
 enum class local_reason : std::uint8_t {
 #define SCG_REASON_ENUM(name, code, level, retry, counter, what) name,

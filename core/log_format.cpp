@@ -70,9 +70,9 @@ std::string message_members(std::string_view msg) {
   return text.substr(1, text.size() - 2);
 }
 
-void set_log_format(const std::string& format) {
+void set_log_format(log_format format) {
   spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& logger) {
-    if (format == "text") {
+    if (format == log_format::text) {
       logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %n %v");
       return;
     }

@@ -15,8 +15,13 @@ namespace scg::core {
 /// members unchanged. Invalid UTF-8 is replaced, never thrown on.
 std::string message_members(std::string_view msg);
 
-/// Sets every registered spdlog logger's format: "json" (one object per
-/// line, UTC timestamps) or "text" (the message as written).
-void set_log_format(const std::string& format);
+/// How log lines are written (config `logging.format`).
+enum class log_format {
+  json,  ///< one object per line, UTC timestamps
+  text,  ///< the message as written, after time, level and logger
+};
+
+/// Sets every registered spdlog logger's format.
+void set_log_format(log_format format);
 
 }  // namespace scg::core

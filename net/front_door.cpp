@@ -17,6 +17,7 @@
 #include "net/h2/endpoints.hpp"
 #include "net/h2/worker.hpp"
 #include "core/listen_endpoint.hpp"
+#include "net/net_stats.hpp"
 
 namespace scg::net {
 
@@ -72,7 +73,7 @@ h2::tuning tuning_of(const config::gateway& cfg, unsigned workers) {
   t.keepalive_interval = seconds(cfg.keepalive.interval_secs);
   t.keepalive_timeout = seconds(cfg.keepalive.timeout_secs);
   t.worker_buffer_bytes = (std::int64_t{cfg.limits.buffer_mib} << 20) / workers;
-  t.client_connections = &core::global_metrics().client_connections;
+  t.client_connections = &global_net_stats().client_connections;
   return t;
 }
 
@@ -112,14 +113,14 @@ struct front_door::impl {
     acceptor->async_accept(target.io(), [this, &target](const asio::error_code& ec, asio::ip::tcp::socket s) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
       if (!ec) {
-        core::global_metrics().client_connections.fetch_add(1, std::memory_order_relaxed);
+        global_net_stats().client_connections.fetch_add(1, std::memory_order_relaxed);
         target.post([this, &target, s = std::move(s)]() mutable { open(target, std::move(s)); });
         return accept();
       }
-      core::bump(core::global_metrics().conn_accept_errors_total);
+      core::bump(global_net_stats().conn_accept_errors_total);
       if (auto held = accept_throttle.pass(); held >= 0)
         log->warn("accept_failed reason=\"{}\" client_connections={} suppressed={}", ec.message(),
-                  core::global_metrics().client_connections.load(), held);
+                  global_net_stats().client_connections.load(), held);
       const bool out_of_resources = ec == asio::error::no_descriptors || ec.value() == ENFILE ||
                                     ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
       if (!out_of_resources) return accept();
@@ -134,11 +135,11 @@ struct front_door::impl {
   /// connection still without its HTTP/2 preface goes (a flood of silent
   /// connections cannot keep real clients out); false when none is.
   bool make_room(h2::worker& w) {
-    if (core::global_metrics().client_connections.load(std::memory_order_relaxed) <= max_clients) return true;
+    if (global_net_stats().client_connections.load(std::memory_order_relaxed) <= max_clients) return true;
     for (auto& weak : w.downstreams()) {
       auto c = weak.lock();
       if (!c || c->closed() || c->preface_done()) continue;
-      core::bump(core::global_metrics().conn_evicted_total);
+      core::bump(global_net_stats().conn_evicted_total);
       c->close("closed without its HTTP/2 preface to make room (limits.max_client_connections)");
       return true;
     }
@@ -150,8 +151,8 @@ struct front_door::impl {
     auto& list = w.downstreams();
     list.erase(std::remove_if(list.begin(), list.end(), [](const auto& c) { return c.expired(); }), list.end());
     if (!make_room(w)) {
-      core::global_metrics().client_connections.fetch_sub(1, std::memory_order_relaxed);
-      core::bump(core::global_metrics().conn_refused_total);
+      global_net_stats().client_connections.fetch_sub(1, std::memory_order_relaxed);
+      core::bump(global_net_stats().conn_refused_total);
       if (auto held = refuse_throttle.pass(); held >= 0)
         log->warn("connection_refused reason=\"limits.max_client_connections ({}) open\" suppressed={}", max_clients,
                   held);
@@ -169,14 +170,14 @@ struct front_door::impl {
     auto timer = std::make_shared<asio::steady_timer>(w.io(), tune.handshake_timeout);
     timer->async_wait([stream](const asio::error_code& ec) {
       if (ec || !*stream) return;
-      core::bump(core::global_metrics().conn_handshake_timeouts_total);
+      core::bump(global_net_stats().conn_handshake_timeouts_total);
       asio::error_code ignored;
       (*stream)->next_layer().close(ignored);  // a handshake that never ends
     });
     (*stream)->async_handshake(asio::ssl::stream_base::server, [this, &w, stream, timer](const asio::error_code& ec) {
       timer->cancel();
       if (ec) {
-        core::global_metrics().client_connections.fetch_sub(1, std::memory_order_relaxed);
+        global_net_stats().client_connections.fetch_sub(1, std::memory_order_relaxed);
         static core::log_throttle throttle;
         if (auto held = throttle.pass(); held >= 0)
           log->info("tls_handshake_failed reason=\"{}\" suppressed={}", ec.message(), held);

@@ -7,6 +7,7 @@
 
 #include "core/address.hpp"
 #include "core/metrics.hpp"
+#include "net/net_stats.hpp"
 
 namespace scg::net {
 namespace {
@@ -48,7 +49,7 @@ bool span_exporter::submit(span&& s) {
     std::lock_guard lock{mu_};
     if (stopping_ || queue_.size() >= static_cast<std::size_t>(cfg_.queue_capacity)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
-      bump(global_metrics().tracing_spans_dropped_total);
+      bump(global_net_stats().tracing_spans_dropped_total);
       return false;
     }
     queue_.push_back(std::move(s));
@@ -80,7 +81,7 @@ void span_exporter::run() {
       // Shutdown sends what is queued while the collector answers and time is left.
       if (drain_until && (failing_ || std::chrono::steady_clock::now() >= *drain_until)) {
         dropped_.fetch_add(queue_.size(), std::memory_order_relaxed);
-        bump(global_metrics().tracing_spans_dropped_total, queue_.size());
+        bump(global_net_stats().tracing_spans_dropped_total, queue_.size());
         queue_.clear();
       }
       if (queue_.empty()) {
@@ -105,13 +106,13 @@ void span_exporter::run() {
 void span_exporter::record(std::size_t n, const std::optional<std::string>& failure) {
   if (!failure) {
     exported_.fetch_add(n, std::memory_order_relaxed);
-    bump(global_metrics().tracing_spans_exported_total, n);
+    bump(global_net_stats().tracing_spans_exported_total, n);
     if (failing_) main_log().info("tracing_export_recovered endpoint={}", cfg_.otlp_endpoint);
     failing_ = false;
     return;
   }
   failed_.fetch_add(n, std::memory_order_relaxed);
-  bump(global_metrics().tracing_export_failures_total, n);
+  bump(global_net_stats().tracing_export_failures_total, n);
   if (!failing_)
     main_log().warn("tracing_export_failing endpoint={} reason=\"{}\" action=\"spans are dropped until it answers\"",
                     cfg_.otlp_endpoint, *failure);

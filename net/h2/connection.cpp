@@ -17,6 +17,7 @@
 #include "core/throttle.hpp"
 #include "net/h2/connection_helpers.hpp"
 #include "net/h2/worker.hpp"
+#include "net/net_stats.hpp"
 
 namespace scg::net::h2 {
 
@@ -89,7 +90,7 @@ void connection::batch::add_slice(slice s) {
 
 nghttp2_session_callbacks* connection::base_callbacks() {
   nghttp2_session_callbacks* cbs = nullptr;
-  nghttp2_session_callbacks_new(&cbs);
+  if (nghttp2_session_callbacks_new(&cbs) != 0) return nullptr;
   nghttp2_session_callbacks_set_send_data_callback(cbs, &connection::on_send_data);
   return cbs;
 }
@@ -102,7 +103,7 @@ nghttp2_data_provider connection::provider(pipe& p) {
 }
 
 ssize_t connection::on_read_data(nghttp2_session* session, std::int32_t stream, std::uint8_t*, std::size_t length,
-                                 std::uint32_t* flags, nghttp2_data_source* source, void*) {
+                                 std::uint32_t* flags, nghttp2_data_source* source, void* user) {
   auto* p = static_cast<pipe*>(source->ptr);
   const std::size_t n = std::min(length, p->data.bytes());
   if (n == 0 && !p->ended) return NGHTTP2_ERR_DEFERRED;
@@ -112,7 +113,10 @@ ssize_t connection::on_read_data(nghttp2_session* session, std::int32_t stream, 
     if (p->trailers) {
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       auto nv = nv_of(*p->trailers);
-      nghttp2_submit_trailer(session, stream, nv.data(), nv.size());
+      // Without its trailers the stream would never end: the session fails instead.
+      if (!static_cast<connection*>(user)->check(nghttp2_submit_trailer(session, stream, nv.data(), nv.size()),
+                                                 "nghttp2_submit_trailer"))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
   }
   return static_cast<ssize_t>(n);
@@ -147,20 +151,54 @@ void connection::dirty() {
 
 void connection::consume(std::int32_t stream, std::size_t n) {
   if (closed_ || n == 0) return;
-  nghttp2_session_consume_stream(session_, stream, n);  // the connection's went back on arrival
+  // The connection's window went back on arrival.
+  if (!check(nghttp2_session_consume_stream(session_, stream, n), "nghttp2_session_consume_stream")) return;
   dirty();
 }
 
 void connection::resume(std::int32_t stream) {
   if (closed_) return;
-  nghttp2_session_resume_data(session_, stream);
+  // Only a fatal error counts: a stream with nothing deferred, or gone, is no failure.
+  if (!check(nghttp2_session_resume_data(session_, stream), "nghttp2_session_resume_data")) return;
   dirty();
 }
 
 void connection::reset(std::int32_t stream, std::uint32_t code) {
   if (closed_) return;
-  nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, code);
+  if (!check(nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, code), "nghttp2_submit_rst_stream")) return;
   dirty();
+}
+
+bool connection::check(int rv, const char* call) {
+  if (!nghttp2_is_fatal(rv)) return true;
+  close(std::string("nghttp2 failed: ") + call + ": " + nghttp2_strerror(rv));
+  return false;
+}
+
+void connection::open_session(bool server, const nghttp2_session_callbacks* cbs, std::uint32_t peer_max_streams,
+                              const nghttp2_settings_entry* settings, std::size_t n, std::uint32_t connection_window) {
+  nghttp2_option* opt = nullptr;
+  if (!cbs || nghttp2_option_new(&opt) != 0) {
+    broken_ = "nghttp2 failed: cannot allocate the HTTP/2 session's callbacks or options";
+    return;
+  }
+  nghttp2_option_set_no_auto_window_update(opt, 1);
+  if (peer_max_streams > 0) nghttp2_option_set_peer_max_concurrent_streams(opt, peer_max_streams);
+  const int rv = server ? nghttp2_session_server_new2(&session_, cbs, this, opt)
+                        : nghttp2_session_client_new2(&session_, cbs, this, opt);
+  nghttp2_option_del(opt);
+  if (rv != 0) {
+    session_ = nullptr;
+    broken_ = std::string("nghttp2 failed: nghttp2_session_") + (server ? "server" : "client") +
+              "_new2: " + nghttp2_strerror(rv);
+    return;
+  }
+  if (int e = nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, n); e != 0)
+    broken_ = std::string("nghttp2 failed: nghttp2_submit_settings: ") + nghttp2_strerror(e);
+  else if (int w = nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
+                                                         static_cast<std::int32_t>(connection_window));
+           w != 0)
+    broken_ = std::string("nghttp2 failed: nghttp2_session_set_local_window_size: ") + nghttp2_strerror(w);
 }
 
 void connection::close(const std::string& why) {
@@ -183,16 +221,16 @@ bool connection::keepalive_tick(steady_time now, bool has_calls, const char* pee
   switch (keepalive_step(alive_, keepalive_, now, has_calls)) {
     case keepalive_action::none: return true;
     case keepalive_action::ping:
-      core::bump(keepalive_.toward_server ? core::global_metrics().keepalive_backend_pings_total
-                                          : core::global_metrics().keepalive_client_pings_total);
-      nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
+      core::bump(keepalive_.toward_server ? global_net_stats().keepalive_backend_pings_total
+                                          : global_net_stats().keepalive_client_pings_total);
+      if (!check(nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr), "nghttp2_submit_ping")) return false;
       dirty();
       return true;
     case keepalive_action::close: break;
   }
   const bool backend = keepalive_.toward_server;
-  core::bump(backend ? core::global_metrics().keepalive_backend_timeouts_total
-                     : core::global_metrics().keepalive_client_timeouts_total);
+  core::bump(backend ? global_net_stats().keepalive_backend_timeouts_total
+                     : global_net_stats().keepalive_client_timeouts_total);
   static core::log_throttle throttled[2];
   if (auto held = throttled[backend].pass(); held >= 0)
     net_log().warn("keepalive_timeout peer={} {}={} timeout_ms={} suppressed={}", peer(), peer_kind, peer_name,

@@ -128,6 +128,17 @@ class connection : public std::enable_shared_from_this<connection> {
   void reset(std::int32_t stream, std::uint32_t code);
   /// Closes the socket now; open streams close with `why`.
   void close(const std::string& why);
+  /// False, with the connection closed, when `rv` (what nghttp2's `call`
+  /// returned) is a fatal error: out of memory, or a session that cannot go
+  /// on. Other errors (a stream already gone) are the caller's to ignore.
+  bool check(int rv, const char* call);
+  /// Makes the nghttp2 session, server or client side, with `cbs` and
+  /// window updates left to scg, then sends `settings` and widens the
+  /// connection window to `connection_window`; `peer_max_streams` (client
+  /// side, 0: nghttp2's default) bounds streams before the peer's SETTINGS.
+  /// A failure (out of memory) leaves broken_ set, for start/connect to close.
+  void open_session(bool server, const nghttp2_session_callbacks* cbs, std::uint32_t peer_max_streams,
+                    const nghttp2_settings_entry* settings, std::size_t n, std::uint32_t connection_window);
   /// The worker's tick: keepalive and the connection's own timeouts.
   virtual void tick(steady_time now) = 0;
 
@@ -149,7 +160,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void start_reading();
   /// Every open stream learns that the connection is gone.
   virtual void on_closed(const std::string& why) = 0;
-  /// Shared nghttp2 callbacks; subclasses add theirs.
+  /// Shared nghttp2 callbacks, subclasses add theirs; null when nghttp2
+  /// could not allocate them.
   static nghttp2_session_callbacks* base_callbacks();
   asio::ip::tcp::socket& raw_socket();
   /// Sends a PING or closes the connection as keepalive says; false once closed.
@@ -158,6 +170,9 @@ class connection : public std::enable_shared_from_this<connection> {
 
   worker& w_;
   nghttp2_session* session_ = nullptr;
+  /// Why the session could not be set up ("" when it was): the connection
+  /// closes with it as it starts, before session_ is used.
+  std::string broken_;
   bool writable_ = true;  // false while an upstream connection is still connecting
   std::string closed_why_;
   std::string closed_peer_;  // peer() as it was before the socket closed

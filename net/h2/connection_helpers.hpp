@@ -48,7 +48,8 @@ typename Map::mapped_type take(Map& streams, std::int32_t stream) {
 template <class Conn, class Call>
 int pass_data(nghttp2_session* session, Conn* self, std::int32_t stream, const std::uint8_t* data, std::size_t len,
               void (Call::*deliver)(slice)) {
-  nghttp2_session_consume_connection(session, len);
+  if (!self->check(nghttp2_session_consume_connection(session, len), "nghttp2_session_consume_connection"))
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (auto* c = self->find(stream)) (c->*deliver)(self->slice_of(data, len));
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "net/h2/connection_helpers.hpp"
+#include "net/net_stats.hpp"
 
 namespace scg::net::h2 {
 
@@ -38,6 +39,7 @@ void downstream_connection::init(const tuning& t) {
   keepalive_ = {t.keepalive_interval, t.keepalive_timeout, false};
   static nghttp2_session_callbacks* cbs = [] {
     auto* c = base_callbacks();
+    if (!c) return c;
     nghttp2_session_callbacks_set_on_begin_headers_callback(c, &on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
@@ -46,22 +48,18 @@ void downstream_connection::init(const tuning& t) {
     nghttp2_session_callbacks_set_on_frame_send_callback(c, &on_frame_send);
     return c;
   }();
-  nghttp2_option* opt = nullptr;
-  nghttp2_option_new(&opt);
-  nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_session_server_new2(&session_, cbs, this, opt);
-  nghttp2_option_del(opt);
+  // Any failure here (out of memory) leaves broken_ set: start() closes the connection.
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, t.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, t.max_header_bytes},
       {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
   };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
+  open_session(true, cbs, 0, settings, std::size(settings), t.connection_window);
 }
 
 void downstream_connection::start() {
+  if (!broken_.empty()) return close(broken_);
   asio::error_code ignored;
   raw_socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   raw_socket().non_blocking(true, ignored);
@@ -90,8 +88,10 @@ bool downstream_connection::submit_response(std::int32_t stream, const header_li
 
 void downstream_connection::go_away() {
   if (closed()) return;
-  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
-                        NGHTTP2_NO_ERROR, nullptr, 0);
+  if (!check(nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
+                                   NGHTTP2_NO_ERROR, nullptr, 0),
+             "nghttp2_submit_goaway"))
+    return;
   dirty();
 }
 
@@ -103,7 +103,7 @@ std::vector<std::shared_ptr<server_stream>> downstream_connection::calls() const
 
 void downstream_connection::tick(steady_time now) {
   if (closed()) return;
-  auto& m = core::global_metrics();
+  auto& m = global_net_stats();
   if (!preface_done_) {
     if (now - born_ < tune_.handshake_timeout) return;
     core::bump(m.conn_handshake_timeouts_total);
@@ -122,7 +122,9 @@ void downstream_connection::tick(steady_time now) {
     core::bump(m.conn_idle_closed_total);
     net_log().debug("idle_connection_closed peer={} idle_ms={}", peer(), tune_.idle_timeout.count());
     goaway_sent_ = now;
-    nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);  // GOAWAY, then the session ends
+    // GOAWAY, then the session ends.
+    if (!check(nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR), "nghttp2_session_terminate_session"))
+      return;
     dirty();
     return;
   }
@@ -137,7 +139,7 @@ void downstream_connection::on_closed(const std::string& why) {
   if (tune_.client_connections) tune_.client_connections->fetch_sub(1, std::memory_order_relaxed);
   // The client broke HTTP/2 (nghttp2 sent a GOAWAY for it, or refused what it read): counted and logged once.
   if (!protocol_error_.empty() || why.rfind("HTTP/2 error", 0) == 0) {
-    core::bump(core::global_metrics().conn_protocol_errors_total);
+    core::bump(global_net_stats().conn_protocol_errors_total);
     static core::log_throttle throttle;
     if (auto held = throttle.pass(); held >= 0)
       net_log().info("client_protocol_error peer={} goaway=\"{}\" closed=\"{}\" suppressed={}", closed_peer(),
@@ -202,8 +204,11 @@ int downstream_connection::on_frame_send(nghttp2_session* session, const nghttp2
   // its call with it, however the client goes on.
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
-    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0 &&
+      !static_cast<downstream_connection*>(user)->check(
+          nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR),
+          "nghttp2_submit_rst_stream"))
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
   return 0;
 }
 

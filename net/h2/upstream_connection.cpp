@@ -23,32 +23,28 @@ upstream_connection::upstream_connection(worker& w, std::string address, std::ch
       timer_(w.io()) {
   static nghttp2_session_callbacks* cbs = [] {
     auto* c = base_callbacks();
+    if (!c) return c;
     nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
     return c;
   }();
-  nghttp2_option* opt = nullptr;
-  nghttp2_option_new(&opt);
-  nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_option_set_peer_max_concurrent_streams(opt, 1000);
-  nghttp2_session_client_new2(&session_, cbs, this, opt);
-  nghttp2_option_del(opt);
+  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, true};
+  writable_ = false;
+  // Any failure here (out of memory) leaves broken_ set: connect() closes the connection.
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, t.stream_window},
       {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, t.max_frame},
   };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(t.connection_window));
-  keepalive_ = {t.keepalive_interval, t.keepalive_timeout, true};
-  writable_ = false;
+  open_session(false, cbs, 1000, settings, std::size(settings), t.connection_window);
 }
 
 upstream_connection::~upstream_connection() = default;
 
 void upstream_connection::connect() {
+  if (!broken_.empty()) return close(broken_);
   const auto target = core::parse_host_port(address_);
   if (!target) return close("bad backend address " + address_ + " (want host:port)");
   auto self = std::static_pointer_cast<upstream_connection>(shared_from_this());

@@ -7,6 +7,7 @@
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
 #include "net/h2/endpoints.hpp"
+#include "net/net_stats.hpp"
 
 namespace scg::net::h2 {
 
@@ -52,7 +53,7 @@ void worker::tick() {
   // windows are all spent reads nothing more that would call it.
   check_budget();
   const auto held = buffered.load(std::memory_order_relaxed);
-  core::global_metrics().buffered_bytes.fetch_add(static_cast<std::uint64_t>(held - reported_buffered_),
+  global_net_stats().buffered_bytes.fetch_add(static_cast<std::uint64_t>(held - reported_buffered_),
                                                   std::memory_order_relaxed);
   reported_buffered_ = held;
   ticker_.expires_after(tick_period);
@@ -77,7 +78,7 @@ void worker::relieve() {
   // First the read buffers that waiting calls keep alive for a few bytes each.
   std::size_t copied = 0;
   for (auto& h : calls) copied += h.call->compact();
-  if (copied > 0) core::bump(core::global_metrics().buffer_compacted_bytes_total, copied);
+  if (copied > 0) core::bump(global_net_stats().buffer_compacted_bytes_total, copied);
   if (buffered.load(std::memory_order_relaxed) <= tune_.worker_buffer_bytes) return;
   // Then the calls that hold the most, until the worker is within budget.
   std::sort(calls.begin(), calls.end(), [](const holder& a, const holder& b) { return a.bytes > b.bytes; });

@@ -38,26 +38,14 @@ bool lists_operation(const gateway& g, const std::string& op) {
   return false;
 }
 
-/// The backend replica `g`'s /api/v1/sessions lists for `session`: empty when
-/// none, "?" when the listing could not be read.
-std::string listed_backend(const gateway& g, const std::string& session) {
-  auto [code, body] = http_get(g.admin_port, "/api/v1/sessions?session=" + session);
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (code != 200 || j.is_discarded()) return "?";
-  for (const auto& s : j["sessions"])
-    if (s["session_id"] == session) return s["backend"].get<std::string>();
-  return "";
-}
-
-
 /// Adds to `env` a replica seeded with `seed_port` whose writes wait 60 s in
-/// its outbox instead of 5 ms (test-only SCG_TEST_FLUSH_DELAY_MS): its
+/// its outbox instead of 5 ms (test-only --test-flush-delay-ms): its
 /// bindings reach the others only by what else sends them.
 gateway& add_holding_replica(cluster_env& env, int seed_port) {
   const std::string name = "scg-" + std::to_string(env.replicas.size());
   env.replicas.push_back(std::make_unique<gateway>(
       start_gateway(env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block(name, {seed_port})),
-                    name, {"/usr/bin/env", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+                    name, scg_with_flags("--test-flush-delay-ms 60000"))));
   return *env.replicas.back();
 }
 
@@ -932,7 +920,7 @@ TEST_CASE("a reattach through another replica that is ahead of its operation's d
   auto& r0 = *env.replicas[0];
   env.replicas.push_back(std::make_unique<gateway>(start_gateway(
       env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block("scg-1", {r0.cluster_port})),
-      "scg-1", {"/usr/bin/env", "SCG_TEST_CLUSTER_PROTOCOL=1", "SCG_TEST_FLUSH_DELAY_MS=100"})));
+      "scg-1", scg_with_flags("--test-cluster-protocol 1 --test-flush-delay-ms 100"))));
   auto& r1 = *env.replicas[1];
   // Each up on the other (wait_for_mesh also wants owners: replica 1 never
   // hears replica 0's `synced`, which goes only to peers of protocol 2 on).

@@ -68,16 +68,6 @@ bool listed_draining(const gateway& gw, const std::string& backend) {
   return be.is_object() && be["draining"].get<bool>();
 }
 
-/// The backend the gateway's /api/v1/sessions lists for `session`, empty when none.
-std::string listed_backend(const gateway& gw, const std::string& session) {
-  auto j = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + session).second, nullptr,
-                                 false);
-  if (j.is_discarded()) return "";
-  for (const auto& s : j["sessions"])
-    if (s["session_id"] == session) return s["backend"].get<std::string>();
-  return "";
-}
-
 struct stream_result {
   grpc::Status status;
   std::string backend;

@@ -166,77 +166,6 @@ bool wait_all(std::vector<std::unique_ptr<async_execute>>& calls, std::chrono::m
   return all;
 }
 
-/// A bidi call of `method` with raw message bytes, as harness call_raw, with
-/// the client's compression `algo`; bounded by `timeout`.
-class generic_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  /// `read_later`: no read until begin_reading() (a slow reader).
-  generic_call(grpc::GenericStub& stub, const std::string& method, const std::vector<std::string>& requests,
-               grpc_compression_algorithm algo, std::chrono::milliseconds timeout, bool read_later = false) {
-    for (const auto& r : requests) {
-      grpc::Slice s(r);
-      requests_.emplace_back(&s, 1);
-    }
-    if (algo != GRPC_COMPRESS_NONE) ctx_.set_compression_algorithm(algo);
-    ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
-    done_future_ = done_.get_future();
-    stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
-    write_next();
-    if (!read_later) StartRead(&in_);
-    StartCall();
-  }
-  /// Starts reading, pausing `pause` after each message (a slow reader).
-  ~generic_call() override {
-    if (done_future_.wait_for(0ms) != std::future_status::ready) {
-      ctx_.TryCancel();
-      done_future_.wait_for(60s);
-    }
-  }
-  void begin_reading(std::chrono::milliseconds pause = 0ms) {
-    read_pause_ = pause;
-    StartRead(&in_);
-  }
-  /// {status, responses}, once the call is done.
-  std::pair<grpc::Status, std::vector<std::string>> get() {
-    done_future_.wait();
-    return {status_, responses_};
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) write_next();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    if (read_pause_.count() > 0) std::this_thread::sleep_for(read_pause_);  // the slow reader's pace is the test
-    std::vector<grpc::Slice> slices;
-    (void)in_.Dump(&slices);
-    std::string msg;
-    for (const auto& sl : slices) msg.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-    responses_.push_back(std::move(msg));
-    StartRead(&in_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    status_ = s;
-    done_.set_value();
-  }
-
- private:
-  void write_next() {
-    if (next_ < requests_.size())
-      StartWrite(&requests_[next_++]);
-    else if (next_++ == requests_.size())
-      StartWritesDone();
-  }
-  grpc::ClientContext ctx_;
-  std::vector<grpc::ByteBuffer> requests_;
-  std::size_t next_ = 0;
-  grpc::ByteBuffer in_;
-  std::vector<std::string> responses_;
-  grpc::Status status_;
-  std::promise<void> done_;
-  std::future<void> done_future_;
-  std::chrono::milliseconds read_pause_{0};
-};
-
 long fake_stat(const fake_spark& f, const std::string& key) {
   auto [code, body] = http_get(f.ui_port, "/fake/stats");
   if (code != 200) return -1;
@@ -474,8 +403,8 @@ TEST_CASE("messages over limits.max_message_bytes are refused both ways and the 
     first.set_session_id(uuid_of("limit-1"));
     *first.mutable_user_context() = user("lou");
     const std::vector<std::string> msgs{first.SerializeAsString(), std::string(2 * limit, 'e')};
-    generic_call call(generic, spark_service + "SomeFutureRpc", msgs, GRPC_COMPRESS_GZIP, 10s);
-    auto [status, responses] = call.get();
+    raw_stream call(generic, spark_service + "SomeFutureRpc", msgs, {{}, 10s, GRPC_COMPRESS_GZIP});
+    auto [status, initial, trailing, responses] = call.get();
     INFO(status.error_code() << " " << status.error_message());
     CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK(names_the_limit(status));
@@ -815,8 +744,8 @@ TEST_CASE("a response over the limit comes after every response the backend sent
     int lost = 0;
     for (int i = 0; i < 20; ++i) {
       const std::vector<std::string> pair{first.SerializeAsString(), std::string(2 * limit, 'e')};
-      generic_call call(generic, spark_service + "SomeFutureRpc", pair, GRPC_COMPRESS_GZIP, 10s);
-      auto [status, responses] = call.get();
+      raw_stream call(generic, spark_service + "SomeFutureRpc", pair, {{}, 10s, GRPC_COMPRESS_GZIP});
+      auto [status, initial, trailing, responses] = call.get();
       CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
       lost += responses.empty();
     }
@@ -830,7 +759,7 @@ TEST_CASE("a response over the limit comes after every response the backend sent
   for (int i = 0; i < 400; ++i) msgs.push_back(std::string(limit - 1000, static_cast<char>('a' + i % 26)));
   msgs.push_back(std::string(2 * limit, 'z'));
   const auto echoed_earlier = fake_stat(a, "bytes_out");
-  generic_call call(generic, spark_service + "SomeFutureRpc", msgs, GRPC_COMPRESS_GZIP, 30s, true);
+  raw_stream call(generic, spark_service + "SomeFutureRpc", msgs, {{}, 30s, GRPC_COMPRESS_GZIP, true});
   // The echoes back up (in the client, in scg, in the fake): the fake starts and then stops writing.
   CHECK(eventually([&] { return fake_stat(a, "bytes_out") > echoed_earlier; }, 5s));
   CHECK(settles([&] { return fake_stat(a, "bytes_out"); }, 300ms, 5s));
@@ -844,7 +773,7 @@ TEST_CASE("a response over the limit comes after every response the backend sent
   INFO("scg_buffered_bytes " << held << " while backed up");
   CHECK(held <= 2 * (4L << 20) + workers * (5L << 18));
   call.begin_reading(1ms);
-  auto [status, responses] = call.get();
+  auto [status, initial, trailing, responses] = call.get();
   const auto echoed = fake_stat(a, "bytes_out");
   std::size_t intact = 0, received = 0;
   for (std::size_t i = 0; i < responses.size() && i < msgs.size(); ++i) {

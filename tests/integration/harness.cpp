@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "core/ids.hpp"
+#include "core/rendezvous.hpp"
 
 namespace scg::test {
 
@@ -210,6 +211,19 @@ std::string admin_bearer;  // admin_token_scope's
 admin_token_scope::admin_token_scope(std::string token) { admin_bearer = std::move(token); }
 admin_token_scope::~admin_token_scope() { admin_bearer.clear(); }
 
+std::vector<std::string> scg_with_flags(const std::string& flags) {
+  return {"/bin/sh", "-c", "exec \"$0\" \"$@\" " + flags};
+}
+
+std::string listed_backend(const gateway& g, const std::string& session) {
+  auto [code, body] = http_get(g.admin_port, "/api/v1/sessions?session=" + session);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (code != 200 || j.is_discarded()) return "?";
+  for (const auto& s : j["sessions"])
+    if (s["session_id"] == session) return s["backend"].get<std::string>();
+  return "";
+}
+
 std::pair<int, std::string> http_get_at(const std::string& host, int port, const std::string& path) {
   httplib::Client c(host, port);
   c.set_connection_timeout(2);
@@ -253,59 +267,69 @@ std::multimap<std::string, std::string> copy_md(
   return out;
 }
 
-/// Writes every request, then half-closes; reads until the end.
-class raw_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  raw_call(grpc::GenericStub& stub, const std::string& method, const std::vector<std::string>& reqs,
-           const std::map<std::string, std::string>& md, std::chrono::milliseconds timeout) {
-    for (const auto& r : reqs) {
-      grpc::Slice s(r);
-      requests_.emplace_back(&s, 1);
-    }
-    for (const auto& [k, v] : md) ctx_.AddMetadata(k, v);
-    ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
-    stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
-    write_next();
-    StartRead(&in_);
-    StartCall();
-  }
-  raw_result get() { return done_.get_future().get(); }
-
-  void OnWriteDone(bool ok) override {
-    if (ok) write_next();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    std::vector<grpc::Slice> slices;
-    (void)in_.Dump(&slices);
-    std::string msg;
-    for (const auto& s : slices) msg.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    result_.responses.push_back(std::move(msg));
-    StartRead(&in_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    result_.status = s;
-    result_.initial = copy_md(ctx_.GetServerInitialMetadata());
-    result_.trailing = copy_md(ctx_.GetServerTrailingMetadata());
-    done_.set_value(std::move(result_));
-  }
-
- private:
-  void write_next() {
-    if (next_ < requests_.size())
-      StartWrite(&requests_[next_++]);
-    else if (next_++ == requests_.size())
-      StartWritesDone();
-  }
-  grpc::ClientContext ctx_;
-  std::vector<grpc::ByteBuffer> requests_;
-  std::size_t next_ = 0;
-  grpc::ByteBuffer in_;
-  raw_result result_;
-  std::promise<raw_result> done_;
-};
-
 }  // namespace
+
+raw_stream::raw_stream(grpc::GenericStub& stub, const std::string& method, const std::vector<std::string>& requests,
+                       const raw_options& o) {
+  for (const auto& r : requests) {
+    grpc::Slice sl(r);
+    requests_.emplace_back(&sl, 1);
+  }
+  for (const auto& [k, v] : o.metadata) ctx_.AddMetadata(k, v);
+  if (o.compression != GRPC_COMPRESS_NONE) ctx_.set_compression_algorithm(o.compression);
+  ctx_.set_deadline(std::chrono::system_clock::now() + o.timeout);
+  done_future_ = done_.get_future();
+  stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
+  write_next();
+  if (!o.read_later) StartRead(&in_);
+  StartCall();
+}
+
+raw_stream::~raw_stream() {
+  if (done_future_.wait_for(0ms) != std::future_status::ready) {
+    ctx_.TryCancel();
+    done_future_.wait_for(60s);
+  }
+}
+
+void raw_stream::begin_reading(std::chrono::milliseconds pause) {
+  read_pause_ = pause;
+  StartRead(&in_);
+}
+
+raw_result raw_stream::get() {
+  done_future_.wait();
+  return result_;
+}
+
+void raw_stream::OnWriteDone(bool ok) {
+  if (ok) write_next();
+}
+
+void raw_stream::OnReadDone(bool ok) {
+  if (!ok) return;
+  if (read_pause_.count() > 0) std::this_thread::sleep_for(read_pause_);  // a slow reader's pace
+  std::vector<grpc::Slice> slices;
+  (void)in_.Dump(&slices);
+  std::string msg;
+  for (const auto& sl : slices) msg.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  result_.responses.push_back(std::move(msg));
+  StartRead(&in_);
+}
+
+void raw_stream::OnDone(const grpc::Status& st) {
+  result_.status = st;
+  result_.initial = copy_md(ctx_.GetServerInitialMetadata());
+  result_.trailing = copy_md(ctx_.GetServerTrailingMetadata());
+  done_.set_value();
+}
+
+void raw_stream::write_next() {
+  if (next_ < requests_.size())
+    StartWrite(&requests_[next_++]);
+  else if (next_++ == requests_.size())
+    StartWritesDone();
+}
 
 raw_result call_raw(grpc::Channel& channel, const std::string& method,
                     const std::vector<std::string>& requests,
@@ -313,7 +337,7 @@ raw_result call_raw(grpc::Channel& channel, const std::string& method,
                     std::chrono::milliseconds timeout) {
   std::shared_ptr<grpc::Channel> ch(&channel, [](grpc::Channel*) {});
   grpc::GenericStub stub(ch);
-  raw_call call(stub, method, requests, metadata, timeout);
+  raw_stream call(stub, method, requests, {metadata, timeout});
   return call.get();
 }
 
@@ -426,22 +450,6 @@ spark::connect::UserContext user(const std::string& id) {
 }
 
 namespace {
-/// FNV-1a over `bytes` from `basis`, then splitmix64's finalizer, so nearby
-/// names ("s-1", "s-2") differ in every nibble.
-std::uint64_t mixed_hash(std::string_view bytes, std::uint64_t basis) {
-  std::uint64_t h = basis;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
-}
-
 /// 8-4-4-4-12 lowercase hex of (hi, lo) with version 4 and the RFC 4122 variant.
 std::string format_uuid(std::uint64_t hi, std::uint64_t lo) {
   hi = (hi & ~0xf000ull) | 0x4000ull;
@@ -455,7 +463,8 @@ std::string format_uuid(std::uint64_t hi, std::uint64_t lo) {
 }  // namespace
 
 std::string uuid_of(std::string_view name) {
-  return format_uuid(mixed_hash(name, 0xcbf29ce484222325ull), mixed_hash(name, 0x84222325cbf29ce4ull));
+  // Two independent 64-bit hashes of the name (core/rendezvous.hpp's), one per half.
+  return format_uuid(core::stable_hasher{}.add(name).finish(), core::stable_hasher{}.add(std::uint64_t{1}).add(name).finish());
 }
 
 std::string random_uuid() { return core::new_uuid(); }

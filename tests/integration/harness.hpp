@@ -2,12 +2,14 @@
 // Test harness: real scg and scg-fake-spark processes on loopback, cleaned up
 // by pid; raw and typed gRPC clients.
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 #include <sys/types.h>
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -125,6 +127,15 @@ struct admin_token_scope {
 /// HTTP GET on loopback; {status, body}, status -1 when it failed.
 std::pair<int, std::string> http_get(int port, const std::string& path);
 
+/// A wrapper for start_gateway that runs scg with hidden test-only `flags`
+/// (app/main.cpp: --test-flush-delay-ms, --test-cluster-protocol; no
+/// contract) after the harness's own arguments; it execs, so the pid is scg's.
+std::vector<std::string> scg_with_flags(const std::string& flags);
+
+/// The backend gateway `g`'s /api/v1/sessions lists for `session`: empty
+/// when none, "?" when the listing could not be read.
+std::string listed_backend(const gateway& g, const std::string& session);
+
 /// HTTP GET on `host` (a test namespace's address); as http_get.
 std::pair<int, std::string> http_get_at(const std::string& host, int port, const std::string& path);
 
@@ -144,6 +155,43 @@ struct raw_result {
   std::multimap<std::string, std::string> initial;
   std::multimap<std::string, std::string> trailing;
   std::vector<std::string> responses;
+};
+
+/// How a raw_stream runs.
+struct raw_options {
+  std::map<std::string, std::string> metadata;
+  std::chrono::milliseconds timeout = std::chrono::seconds(10);
+  grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
+  bool read_later = false;  ///< no read until begin_reading() (a slow reader)
+};
+
+/// A bidi call of `method` with raw message bytes: writes every request,
+/// then half-closes, and reads until the end. A stream not done when it is
+/// destroyed is cancelled and awaited.
+class raw_stream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  raw_stream(grpc::GenericStub& stub, const std::string& method, const std::vector<std::string>& requests,
+             const raw_options& o);
+  ~raw_stream() override;
+  /// Starts reading (with read_later), pausing `pause` after each message.
+  void begin_reading(std::chrono::milliseconds pause = std::chrono::milliseconds(0));
+  /// Everything that came back, once the call is done.
+  raw_result get();
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& s) override;
+
+ private:
+  void write_next();
+  grpc::ClientContext ctx_;
+  std::vector<grpc::ByteBuffer> requests_;
+  std::size_t next_ = 0;
+  grpc::ByteBuffer in_;
+  raw_result result_;
+  std::promise<void> done_;
+  std::future<void> done_future_;
+  std::chrono::milliseconds read_pause_{0};
 };
 
 /// Sends `requests` (serialized bytes) on `method` as a bidi stream and

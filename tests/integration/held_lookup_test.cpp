@@ -129,7 +129,7 @@ TEST_CASE("a replica whose key's owner predates the owner lookup searches the se
   auto& r0 = *env.replicas[0];
   env.replicas.push_back(std::make_unique<gateway>(start_gateway(
       env.dir, gateway_yaml({&env.fakes[0], &env.fakes[1], &env.fakes[2]}, cluster_block("scg-1", {r0.cluster_port})),
-      "scg-1", {"/usr/bin/env", "SCG_TEST_CLUSTER_PROTOCOL=3", "SCG_TEST_FLUSH_DELAY_MS=60000"})));
+      "scg-1", scg_with_flags("--test-cluster-protocol 3 --test-flush-delay-ms 60000"))));
   auto& r1 = *env.replicas[1];
   REQUIRE(env.wait_for_mesh(10s));
   int sessions = 0, failed = 0, moved = 0;

@@ -416,9 +416,9 @@ TEST_CASE("a peer that speaks no protocol version in common is refused on both s
   temp_dir dir;
   auto a = start_fake(dir, "fake-version");
   auto first = start_gateway(dir, gateway_yaml({&a}, cluster_block("v-now", {})), "v-now");
-  // Test-only: SCG_TEST_CLUSTER_PROTOCOL makes a replica announce protocol 9 alone (no contract).
+  // Test-only: --test-cluster-protocol makes a replica announce protocol 9 alone (no contract).
   auto future = start_gateway(dir, gateway_yaml({&a}, cluster_block("v-future", {first.cluster_port})), "v-future",
-                              {"/usr/bin/env", "SCG_TEST_CLUSTER_PROTOCOL=9"});
+                              scg_with_flags("--test-cluster-protocol 9"));
   CHECK(eventually(metric(first.admin_port, "scg_cluster_protocol_refused_total") == 1, 5s));
   CHECK(eventually(metric(future.admin_port, "scg_cluster_protocol_refused_total") == 1, 5s));
   std::this_thread::sleep_for(2s);  // more dial rounds: still counted once, still no member

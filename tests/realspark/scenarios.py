@@ -637,17 +637,23 @@ def replica_killed():
     s.stop()
 
 
+def scg_beside_own_server(tag: str, name: str, on_backend_lost: dict):
+    """A Spark 4.3 server of the scenario's own (to kill or freeze) beside
+    the shared ones, and scg in front of them all, placing round robin."""
+    token, backends = servers("spark43a")
+    work = lab.workdir(tag)
+    own = lab.start_spark(name, "4.3", work, token)
+    lab.wait_spark_ready(own)
+    cfg = lab.base_config([own] + backends, token, placement={"strategy": "round_robin"},
+                          on_backend_lost=on_backend_lost)
+    return own, lab.Scg(cfg, work)
+
+
 @scenario
 def backend_killed():
     """A server killed: new sessions go to the other one, and the session it
     held gets a clear error naming it (on_backend_lost: fail)."""
-    token, backends = servers("spark43a")
-    work = lab.workdir("bkill")
-    victim = lab.start_spark("victim", "4.3", work, token)
-    lab.wait_spark_ready(victim)
-    cfg = lab.base_config([victim] + backends, token, placement={"strategy": "round_robin"},
-                          on_backend_lost={"after_secs": 2, "action": "fail"})
-    scg = lab.Scg(cfg, work)
+    victim, scg = scg_beside_own_server("bkill", "victim", {"after_secs": 2, "action": "fail"})
     sessions = [connect(scg.url()) for _ in range(2)]
     for s in sessions:
         s.range(3).count()
@@ -971,13 +977,7 @@ def driver_pause():
     query in flight has its stream cut by scg's keepalive (UNAVAILABLE after
     about 18 s of silence); PySpark reattaches until the driver is back and
     gets its row."""
-    token, backends = servers("spark43a")
-    work = lab.workdir("pause")
-    frozen = lab.start_spark("frozen", "4.3", work, token)
-    lab.wait_spark_ready(frozen)
-    cfg = lab.base_config([frozen] + backends, token, placement={"strategy": "round_robin"},
-                          on_backend_lost={"after_secs": 60, "action": "rebind"})
-    scg = lab.Scg(cfg, work)
+    frozen, scg = scg_beside_own_server("pause", "frozen", {"after_secs": 60, "action": "rebind"})
     s = None
     for _ in range(4):
         c = connect(scg.url())

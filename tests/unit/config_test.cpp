@@ -61,14 +61,14 @@ cluster:
 
 gateway ok(const std::string& yaml) {
   auto r = parse(yaml);
-  if (auto* e = std::get_if<error>(&r)) FAIL("unexpected error: " << e->to_string());
-  return std::get<gateway>(r);
+  if (!r.ok()) FAIL("unexpected error: " << r.error().to_string());
+  return r.value();
 }
 
 error bad(const std::string& yaml) {
   auto r = parse(yaml);
-  REQUIRE(std::holds_alternative<error>(r));
-  return std::get<error>(r);
+  REQUIRE_FALSE(r.ok());
+  return r.error();
 }
 
 const std::string one_backend = "backends: [\"sc:15002\"]\n";
@@ -93,7 +93,7 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.backends[3].ui_url == "http://{host}:4040");
   CHECK(g.backend_refresh_secs == 10);
   CHECK(g.workers == 3);
-  CHECK(g.placement.strategy == "round_robin");
+  CHECK(g.placement.strategy == placement_strategy::round_robin);
   CHECK(g.placement.poll_interval_ms == 1500);
   CHECK(g.placement.ewma_alpha == 0.5);
   CHECK(g.placement.utilization_weight == 0.8);
@@ -112,7 +112,7 @@ TEST_CASE("a full configuration is read into every field", "[config]") {
   CHECK(g.keepalive.interval_secs == 20);
   CHECK(g.keepalive.timeout_secs == 5);
   CHECK(g.shutdown.deadline_secs == 0);
-  CHECK(g.logging.level == "debug");
+  CHECK(g.logging.level == log_level::debug);
   REQUIRE(g.cluster);
   CHECK(g.cluster->node_name == "scg-0");
   CHECK(g.cluster->bind_addr == "0.0.0.0:7400");
@@ -152,11 +152,13 @@ TEST_CASE("a configuration with only backends takes every default", "[config]") 
   gateway d;
   CHECK(g.bind_addr == d.bind_addr);
   CHECK(g.admin_addr == d.admin_addr);
-  CHECK(g.placement.strategy == "least_loaded");
+  CHECK(g.placement.strategy == placement_strategy::least_loaded);
   CHECK(g.placement.session_cap == d.placement.session_cap);
   CHECK(g.limits.max_message_bytes == d.limits.max_message_bytes);
   CHECK(g.shutdown.deadline_secs == 30);
-  CHECK(g.logging.level == "info");
+  CHECK(g.logging.level == log_level::info);
+  CHECK(g.logging.format == scg::core::log_format::json);
+  CHECK(g.on_backend_lost.action == lost_action::rebind);
   CHECK_FALSE(g.cluster);
   // Empty sections keep their defaults too.
   CHECK(ok(one_backend + "placement:\nlimits:\n").placement.ewma_alpha == d.placement.ewma_alpha);
@@ -277,6 +279,10 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
       {one_backend + "shutdown: { grace: 1 }\n", "shutdown.grace", "unknown key"},
       {one_backend + "logging: { level: verbose }\n", "logging.level",
        "unknown level \"verbose\" (expected trace, debug, info, warn, error or off)"},
+      {one_backend + "logging: { format: xml }\n", "logging.format", "unknown format \"xml\" (expected json or text)"},
+      {one_backend + "on_backend_lost: { action: retry }\n", "on_backend_lost.action",
+       "unknown action \"retry\" (expected rebind or fail)"},
+      {one_backend + "admin: { open_metrics: yes }\n", "admin.open_metrics", "expected true or false, got \"yes\""},
       // cluster
       {one_backend + "cluster: { bind_addr: \"0.0.0.0:7400\" }\n", "cluster.node_name", "required"},
       {one_backend + "cluster: { node_name: a, seeds: [\"b:7400\", \"c\"] }\n", "cluster.seeds[1]",
@@ -313,6 +319,20 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
   }
 }
 
+TEST_CASE("the enumerations read into their values", "[config]") {
+  auto g = ok(one_backend + "placement: { strategy: round_robin }\non_backend_lost: { action: fail }\n"
+                            "logging: { level: off, format: text }\n");
+  CHECK(g.placement.strategy == placement_strategy::round_robin);
+  CHECK(g.on_backend_lost.action == lost_action::fail);
+  CHECK(g.logging.level == log_level::off);
+  CHECK(g.logging.format == scg::core::log_format::text);
+  for (const auto& [name, action] : lost_action_names) {
+    CHECK(from_name(lost_action_names, name) == action);
+    CHECK(name_of(lost_action_names, action) == name);
+  }
+  CHECK_FALSE(from_name(lost_action_names, "replay"));
+}
+
 TEST_CASE("a YAML syntax error names its line", "[config]") {
   error e = bad(one_backend + "placement: { strategy: [round_robin\n");
   CHECK(e.field == "(yaml)");
@@ -327,8 +347,8 @@ TEST_CASE("an error prints as field colon message", "[config]") {
 
 TEST_CASE("loading a missing file names the path and the cause", "[config]") {
   auto r = load("/nonexistent/scg.yaml");
-  REQUIRE(std::holds_alternative<error>(r));
-  const error& e = std::get<error>(r);
+  REQUIRE_FALSE(r.ok());
+  const error& e = r.error();
   CHECK(e.field == "(file)");
   CHECK(e.message == "cannot open \"/nonexistent/scg.yaml\": No such file or directory");
 }
@@ -342,8 +362,8 @@ TEST_CASE("loading a file parses its contents", "[config]") {
   std::fclose(f);
   auto r = load(path);
   std::remove(path);
-  REQUIRE(std::holds_alternative<gateway>(r));
-  CHECK(std::get<gateway>(r).backends.size() == 4);
+  REQUIRE(r.ok());
+  CHECK(r.value().backends.size() == 4);
 }
 
 TEST_CASE("backends may come from Kubernetes discovery alone", "[config]") {
@@ -357,11 +377,11 @@ TEST_CASE("backends may come from Kubernetes discovery alone", "[config]") {
 }
 
 TEST_CASE("accounting keys have bounded defaults and take their values", "[config]") {
-  auto d = std::get<gateway>(parse(one_backend));
+  auto d = ok(one_backend);
   CHECK(d.accounting.max_tenants == 200);
   CHECK(d.accounting.max_users == 1000);
   CHECK(d.accounting.prometheus_users == 0);
-  auto g = std::get<gateway>(parse(one_backend + "accounting: { max_tenants: 3, max_users: 10, prometheus_users: 5 }\n"));
+  auto g = ok(one_backend + "accounting: { max_tenants: 3, max_users: 10, prometheus_users: 5 }\n");
   CHECK(g.accounting.max_tenants == 3);
   CHECK(g.accounting.max_users == 10);
   CHECK(g.accounting.prometheus_users == 5);
@@ -420,10 +440,10 @@ TEST_CASE("300 mutated configuration files are each accepted or refused with a f
       else y.insert(at, with);
     }
     auto r = parse(y);
-    if (auto* e = std::get_if<error>(&r)) {
+    if (!r.ok()) {
       ++refused;
-      CHECK_FALSE(e->field.empty());
-      CHECK_FALSE(e->message.empty());
+      CHECK_FALSE(r.error().field.empty());
+      CHECK_FALSE(r.error().message.empty());
     }
   }
   CHECK(refused > 100);  // the mutations do break files; the parse survived each

@@ -37,3 +37,15 @@ TEST_CASE("two replicas speak the newest protocol in both ranges, none when the 
   CHECK(common_protocol(two, peer_version{9, 9, "x"}) == 0);
   CHECK(common_protocol(two, peer_version{1, 2, "broken"}) == 0);  // an empty range
 }
+
+TEST_CASE("a replica announces this build, or one protocol alone when a test asks", "[cluster][version]") {
+  CHECK(announced_version(0) == this_build());
+  const auto three = announced_version(3);  // --test-cluster-protocol 3: a build before `lookup`
+  CHECK(three.protocol == 3);
+  CHECK(three.min_protocol == 3);
+  CHECK(three.scg_version == SCG_VERSION);
+  CHECK_FALSE(sends_legacy_hello(three));
+  CHECK(common_protocol(announced_version(9), this_build()) == 0);  // refused both ways
+  CHECK(sends_legacy_hello(announced_version(1)));
+  CHECK(announced_version(1000) == this_build());  // out of range: ignored
+}

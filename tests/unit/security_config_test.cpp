@@ -16,21 +16,19 @@ namespace {
 
 const std::vector<std::string> backends{"sc-0", "sc-1"};
 
-std::variant<security_config, scg::config::error> parse(const std::string& yaml) {
-  return parse_security(YAML::Load(yaml), backends);
-}
+result<security_config> parse(const std::string& yaml) { return parse_security(YAML::Load(yaml), backends); }
 
 security_config ok(const std::string& yaml) {
   auto r = parse(yaml);
-  if (auto* e = std::get_if<scg::config::error>(&r)) FAIL(e->to_string());
-  return std::get<security_config>(r);
+  if (!r.ok()) FAIL(r.error().to_string());
+  return r.value();
 }
 
 /// The "field: message" of a configuration that must be refused.
 std::string error_of(const std::string& yaml) {
   auto r = parse(yaml);
-  if (std::holds_alternative<security_config>(r)) return "(accepted)";
-  return std::get<scg::config::error>(r).to_string();
+  if (r.ok()) return "(accepted)";
+  return r.error().to_string();
 }
 
 }  // namespace
@@ -211,16 +209,16 @@ TEST_CASE("backend_token and rate limit errors name the field", "[auth][config]"
 TEST_CASE("each section parses on its own", "[auth][config]") {
   auto a = parse_auth(YAML::Load("type: static\ntokens: [ { token: t, user_id: u } ]"));
   // A section parsed alone reports paths as under the root.
-  CHECK(std::holds_alternative<auth_config>(a));
+  CHECK(a.ok());
   auto r = parse_rate_limits(YAML::Load("per_user: { rps: 1 }"));
-  REQUIRE(std::holds_alternative<rate_limits_config>(r));
-  CHECK(std::get<rate_limits_config>(r).per_user->burst == 1);
+  REQUIRE(r.ok());
+  CHECK(r.value().per_user->burst == 1);
   auto t = parse_backend_token(YAML::Node());
-  REQUIRE(std::holds_alternative<std::optional<secret_ref>>(t));
-  CHECK_FALSE(std::get<std::optional<secret_ref>>(t));
+  REQUIRE(t.ok());
+  CHECK_FALSE(t.value());
   auto bad = parse_tenants(YAML::Load("from: header"), {});
-  REQUIRE(std::holds_alternative<scg::config::error>(bad));
-  CHECK(std::get<scg::config::error>(bad).field == "tenants.header");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().field == "tenants.header");
 }
 
 TEST_CASE("the user id Spark sees keeps two tenants' users apart", "[auth][tenants]") {

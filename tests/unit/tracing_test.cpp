@@ -1,4 +1,5 @@
 #include "core/tracing.hpp"
+#include "net/net_stats.hpp"
 #include "net/span_exporter.hpp"
 
 #include <catch2/catch.hpp>
@@ -242,14 +243,14 @@ TEST_CASE("a full queue drops spans and counts them, without blocking submit", "
   collector c;
   c.hold();  // the first export request hangs, so the queue fills
   auto exporter = std::make_unique<span_exporter>(options(c.endpoint(), 1, 4, 1000));
-  const auto before = global_metrics().tracing_spans_dropped_total.load();
+  const auto before = scg::net::global_net_stats().tracing_spans_dropped_total.load();
   CHECK(exporter->submit(make_span("first")));
   REQUIRE(c.requests(1).size() == 1);  // taken by the worker: the queue is empty again
   int accepted = 0;
   for (int i = 0; i < 10; ++i) accepted += exporter->submit(make_span("more")) ? 1 : 0;
   CHECK(accepted == 4);
   CHECK(exporter->dropped() == 6);
-  CHECK(global_metrics().tracing_spans_dropped_total.load() - before == 6);
+  CHECK(scg::net::global_net_stats().tracing_spans_dropped_total.load() - before == 6);
   c.release();
   CHECK(eventually([&] { return exporter->exported() == 5; }, 1s));
 }
@@ -257,12 +258,12 @@ TEST_CASE("a full queue drops spans and counts them, without blocking submit", "
 TEST_CASE("a collector that cannot be reached counts failed spans, logs, and never blocks submit", "[tracing]") {
   const auto endpoint = "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1/traces";
   auto exporter = std::make_unique<span_exporter>(options(endpoint, 5, 100, 50));
-  const auto before = global_metrics().tracing_export_failures_total.load();
+  const auto before = scg::net::global_net_stats().tracing_export_failures_total.load();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) CHECK(exporter->submit(make_span("lost")));
   CHECK(std::chrono::steady_clock::now() - t0 < 50ms);
   CHECK(eventually([&] { return exporter->failed() == 10; }, 1s));
-  CHECK(global_metrics().tracing_export_failures_total.load() - before == 10);
+  CHECK(scg::net::global_net_stats().tracing_export_failures_total.load() - before == 10);
   CHECK(exporter->exported() == 0);
   const auto t1 = std::chrono::steady_clock::now();
   exporter.reset();

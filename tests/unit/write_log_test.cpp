@@ -48,3 +48,16 @@ TEST_CASE("a log of no capacity answers for nothing already written", "[write_lo
   CHECK_FALSE(log.since(5).has_value());
   CHECK(log.since(11) == keys{});
 }
+
+TEST_CASE("a member seen down is handed what went to it since it was last heard or its link fell silent",
+          "[write_log]") {
+  using scg::cluster::missed_since_ms;
+  // Frozen: heard until its link went silent, seen down a time-out and a
+  // heartbeat (1.25 s) later; 1 s more for writes lost on the way.
+  CHECK(missed_since_ms(10'000, 11'250, 1250, 1000) == 9'000);
+  // Its link dropped soon after it was last heard (a kill): from the
+  // earliest it could have gone silent unseen.
+  CHECK(missed_since_ms(10'000, 10'200, 1250, 1000) == 7'950);
+  // Last heard long before (nothing to say on an idle link): from then.
+  CHECK(missed_since_ms(5'000, 11'250, 1250, 1000) == 4'000);
+}
