@@ -55,6 +55,24 @@ def key_literals(root):
     return found
 
 
+TEST_NAME_SEMICOLON = re.compile(r'TEST_CASE\("[^"]*;')
+
+
+def split_test_names(root):
+    """Catch2 test names with ';': ctest's discovery splits them into two broken tests."""
+    found = []
+    for dirpath, _, files in os.walk(os.path.join(root, "tests")):
+        for name in sorted(files):
+            if not name.endswith(".cpp"):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    if TEST_NAME_SEMICOLON.search(line):
+                        found.append(f"{os.path.relpath(path, root)}:{n}: a test name with ';' (ctest splits it)")
+    return found
+
+
 def self_test():
     with tempfile.TemporaryDirectory() as root:
         for layer in LAYERS:
@@ -75,7 +93,13 @@ def self_test():
         if key_literals(root) != ["actors/c.cpp:2: a key kind as a literal (use core/replicated_key.hpp)"]:
             print(f"self-test: expected one key literal, got {key_literals(root)}")
             return 1
-    print("self-test: an upward include and a key literal are caught, a downward include and a comment are not")
+        os.makedirs(os.path.join(root, "tests"))
+        with open(os.path.join(root, "tests", "t.cpp"), "w") as f:
+            f.write('TEST_CASE("a, b") {}\nTEST_CASE("a; b") {}\n')
+        if split_test_names(root) != ["tests/t.cpp:2: a test name with ';' (ctest splits it)"]:
+            print(f"self-test: expected one split test name, got {split_test_names(root)}")
+            return 1
+    print("self-test: an upward include, a key literal and a split test name are caught, a downward include and a comment are not")
     return 0
 
 
@@ -87,12 +111,12 @@ def main():
     if missing:
         print(f"layer directories missing: {missing}")
         return 1
-    found = upward_includes(root) + key_literals(root)
+    found = upward_includes(root) + key_literals(root) + split_test_names(root)
     for line in found:
         print(line)
     if found:
         return 1
-    print(f"layers {' < '.join(LAYERS)}: no upward include; no key kind written outside core/replicated_key")
+    print(f"layers {' < '.join(LAYERS)}: no upward include; no key kind written outside core/replicated_key; no test name ctest would split")
     return 0
 
 

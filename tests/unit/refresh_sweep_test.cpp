@@ -39,7 +39,7 @@ TEST_CASE("a binding in use here is touched once its version is a quarter ttl ol
   CHECK(fresh.touch.empty());
 }
 
-TEST_CASE("a binding nobody used for a ttl expires; one only learned from a peer is no use",
+TEST_CASE("a binding nobody used for a ttl expires, and one only learned from a peer is no use",
           "[cluster][refresh]") {
   scg::actors::session_table used(1);
   const auto session = make_key(key_kind::session, "s2");

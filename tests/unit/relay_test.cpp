@@ -132,7 +132,7 @@ TEST_CASE("relay: a held message larger than the window gives its window back at
   CHECK(out.empty());
 }
 
-TEST_CASE("relay: a message over the limit is refused; what came before it still goes", "[relay]") {
+TEST_CASE("relay: a message over the limit is refused, and what came before it still goes", "[relay]") {
   // The response direction: the client keeps the messages before the refused one.
   const std::string ok = frame("ok"), too_big = frame(std::string(40, 'x'));
   slice_queue out;
