@@ -281,6 +281,14 @@ class connection {
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_send_timeout(timeout);
   }
+  /// An already connected stream socket to take over (one end of a
+  /// socketpair, say); closed at destruction like any other.
+  struct adopt_fd {
+    int fd;
+  };
+  explicit connection(adopt_fd s, std::chrono::milliseconds timeout = std::chrono::seconds(5)) : fd_(s.fd) {
+    set_send_timeout(timeout);
+  }
   ~connection() { close(); }
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
