@@ -369,14 +369,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.auth = authenticator.get();
   fx.limiter = &limiter;
   fx.backend_tokens = std::move(found.backend_tokens);
-  fx.limits = cfg.limits;
-  for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
-  fx.qualify_users = cfg.security.tenants.qualify_users;
-  fx.default_tenant = cfg.security.tenants.default_tenant;
-  core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),
-                                  static_cast<std::size_t>(cfg.accounting.max_users),
-                                  static_cast<std::size_t>(cfg.accounting.prometheus_users)});
-  fx.usage = &core::global_usage();
+  net::configure(fx, cfg);
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
   auto on_members = [&fx, &limiter](std::size_t live) {
     const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));

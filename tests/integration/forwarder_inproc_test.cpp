@@ -320,13 +320,7 @@ struct inproc_scg {
     fx.auth = secrets.authenticator.get();
     fx.limiter = &limiter;
     fx.backend_tokens = secrets.backend_tokens;
-    fx.limits = cfg.limits;
-    fx.qualify_users = cfg.security.tenants.qualify_users;
-    fx.default_tenant = cfg.security.tenants.default_tenant;
-    core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),
-                                    static_cast<std::size_t>(cfg.accounting.max_users),
-                                    static_cast<std::size_t>(cfg.accounting.prometheus_users)});
-    fx.usage = &core::global_usage();
+    net::configure(fx, cfg);  // as app/gateway.cpp does
     router = std::make_unique<actors::router>(*sys, cfg, table, backends, fx.backend_tokens.own_calls());
     fx.backends = backends;
     fx.table = table;
