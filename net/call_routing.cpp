@@ -5,6 +5,7 @@
 #include "actors/placement.hpp"
 #include "core/clock.hpp"
 #include "core/tracing.hpp"
+#include "core/usage.hpp"
 #include "net/h2/grpc_frames.hpp"
 
 namespace scg::net {
@@ -96,6 +97,17 @@ backend_request::backend_request(const h2::header_list& metadata, const std::str
   if (span.started()) headers_.push_back({"traceparent", traceparent_});  // scg's span is the parent
   if (!authorization_.empty()) headers_.push_back({"authorization", authorization_});
   if (deadline) headers_.push_back({"grpc-timeout", timeout_});
+}
+
+void configure(forward_context& fx, const config::gateway& cfg) {
+  fx.limits = cfg.limits;
+  for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
+  fx.qualify_users = cfg.security.tenants.qualify_users;
+  fx.default_tenant = cfg.security.tenants.default_tenant;
+  core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),
+                                  static_cast<std::size_t>(cfg.accounting.max_users),
+                                  static_cast<std::size_t>(cfg.accounting.prometheus_users)});
+  fx.usage = &core::global_usage();
 }
 
 }  // namespace scg::net

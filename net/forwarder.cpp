@@ -57,7 +57,6 @@
 #include "core/local_reply.hpp"
 #include "core/metrics.hpp"
 #include "core/throttle.hpp"
-#include "core/usage.hpp"
 #include "net/admission.hpp"
 #include "net/call_policies.hpp"
 #include "net/call_span.hpp"
@@ -689,17 +688,6 @@ class forward_call final : public h2::server_stream,
 std::shared_ptr<h2::server_stream> start_forward(forward_context& fx, h2::downstream_connection& down,
                                                  std::int32_t stream) {
   return std::make_shared<forward_call>(fx, down, stream);
-}
-
-void configure(forward_context& fx, const config::gateway& cfg) {
-  fx.limits = cfg.limits;
-  for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
-  fx.qualify_users = cfg.security.tenants.qualify_users;
-  fx.default_tenant = cfg.security.tenants.default_tenant;
-  core::global_usage().configure({static_cast<std::size_t>(cfg.accounting.max_tenants),
-                                  static_cast<std::size_t>(cfg.accounting.max_users),
-                                  static_cast<std::size_t>(cfg.accounting.prometheus_users)});
-  fx.usage = &core::global_usage();
 }
 
 void abandon_call(h2::server_stream& call, const std::string& why) {

@@ -75,7 +75,8 @@ std::shared_ptr<h2::server_stream> start_forward(forward_context& fx, h2::downst
 void abandon_call(h2::server_stream& call, const std::string& why);
 
 /// The settings `fx` takes from the config file: limits, tenant pools and
-/// names, and the usage ledger's bounds (core/usage.hpp), which it then uses.
+/// names, and the usage ledger's bounds (core/usage.hpp), which it then
+/// uses. Defined in net/call_routing.cpp.
 void configure(forward_context& fx, const config::gateway& cfg);
 
 }  // namespace scg::net
