@@ -387,8 +387,6 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.backends = backends;
   fx.table = table;
   fx.router = &router;
-  fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
-  fx.rebind_lost = cfg.on_backend_lost.action == config::lost_action::rebind;
 
   admin::admin_view view;
   view.backends = backends;

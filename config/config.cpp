@@ -345,7 +345,9 @@ gateway parse_gateway(const YAML::Node& root) {
       {"on_backend_lost", section([&](const YAML::Node& n, const std::string& path) {
          read_fields(n, path,
                      {{"after_secs", integer(g.on_backend_lost.after_secs, 0)},
-                      {"action", choice(g.on_backend_lost.action, "action", lost_action_names)}});
+                      {"action", choice(g.on_backend_lost.action, "action", lost_action_names)},
+                      {"max_journal_kib", integer(g.on_backend_lost.max_journal_kib, 1, 1 << 20)},
+                      {"max_journal_total_mib", integer(g.on_backend_lost.max_journal_total_mib, 1, 1 << 20)}});
        })},
       {"shutdown", section([&](const YAML::Node& n, const std::string& path) {
          read_fields(n, path, {{"deadline_secs", integer(g.shutdown.deadline_secs, 0)}});
@@ -366,6 +368,11 @@ gateway parse_gateway(const YAML::Node& root) {
       {"accounting", into(g.accounting, parse_accounting)},
   });
   read_fields(root, "", fields);
+  // A session's calls may reach any replica, and journals are not shared yet:
+  // a replay from one replica's part of a journal would restore the wrong state.
+  if (g.cluster && g.on_backend_lost.action == lost_action::replay)
+    reject("on_backend_lost.action",
+           "replay is not available with cluster: yet (journals are kept per replica); use rebind or fail");
   return g;
 }
 

@@ -130,10 +130,12 @@ struct health {
 enum class lost_action {
   rebind,  ///< the session is placed anew (its Spark state stayed on the lost server)
   fail,    ///< the call fails, naming the lost backend; the client starts a new session
+  replay,  ///< the session is opened on a new server and its journal replayed (docs/replay.md)
 };
 inline constexpr named<lost_action> lost_action_names[] = {
     {"rebind", lost_action::rebind},
     {"fail", lost_action::fail},
+    {"replay", lost_action::replay},
 };
 
 /// What happens to the sessions of a backend that stays unreachable or
@@ -141,6 +143,8 @@ inline constexpr named<lost_action> lost_action_names[] = {
 struct on_backend_lost {
   int after_secs = 30;                       ///< down this long counts as lost
   lost_action action = lost_action::rebind;
+  int max_journal_kib = 1024;        ///< replay: one session's journal; past it the session is unreplayable
+  int max_journal_total_mib = 256;   ///< replay: every journal this replica holds
 };
 
 /// HTTP/2 PING on connections that have gone quiet, both sides: a peer that

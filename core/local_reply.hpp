@@ -21,7 +21,7 @@ struct metrics;
 /// gRPC status codes by number (grpc/status.h), for the table below.
 namespace grpc_code {
 inline constexpr int ok = 0, cancelled = 1, unknown = 2, invalid_argument = 3, deadline_exceeded = 4,
-                     resource_exhausted = 8, failed_precondition = 9, unimplemented = 12, internal = 13,
+                     resource_exhausted = 8, failed_precondition = 9, aborted = 10, unimplemented = 12, internal = 13,
                      unavailable = 14, unauthenticated = 16, permission_denied = 7;
 }
 
@@ -61,6 +61,12 @@ enum class reply_level : std::uint8_t { debug, info, warn };
     "no backend is configured, eligible or reachable for a new session")                                          \
   X(backend_lost, failed_precondition, info, false, forward_backend_lost_total,                                    \
     "the session's backend was lost (on_backend_lost.action: fail)")                                               \
+  X(operation_lost, aborted, info, false, forward_operations_lost_total,                                            \
+    "the operation ran on a backend that was lost (on_backend_lost.action: replay): its results are gone")          \
+  X(replay_failed, failed_precondition, warn, false, replays_failed_total,                                          \
+    "the session's journal could not be replayed on its new backend; it goes on there as a new session")           \
+  X(session_unreplayable, failed_precondition, info, false, replays_refused_total,                                 \
+    "the session's backend was lost and its journal cannot be replayed (the reason is named)")                     \
   X(backend_unavailable, unavailable, warn, false, forward_backend_unavailable_total,                              \
     "the backend could not be reached, or its connection failed before it answered")                               \
   X(backend_broke_off, unavailable, info, false, forward_backend_broke_off_total,                                  \

@@ -24,6 +24,9 @@ namespace scg::core {
   X(forward_shutting_down_total, "Calls refused because the replica is draining") \
   X(router_operations_unsettled_total, "Calls for an operation id nobody answered for, refused while the cluster settled") \
   X(forward_backend_lost_total, "Calls refused: their backend is lost (on_backend_lost: fail)") \
+  X(forward_operations_lost_total, "Calls for an operation that died with its lost backend (on_backend_lost: replay)") \
+  X(replays_failed_total, "Replays that failed part way: the call failed, naming what, and the session went on unreplayed") \
+  X(replays_refused_total, "Lost sessions whose journal could not be replayed (scg_sessions_unreplayable says why)") \
   X(router_route_timeouts_total, "Routed calls the router did not answer within its routing deadline (30 s)") \
   X(config_reloads_total, "Backend-set reloads applied (SIGHUP)") \
   X(config_reload_failures_total, "Reloads refused: the file did not parse; the running set kept") \

@@ -7,6 +7,7 @@
 #include "core/tracing.hpp"
 #include "core/usage.hpp"
 #include "net/h2/grpc_frames.hpp"
+#include "net/session_journal.hpp"
 
 namespace scg::net {
 
@@ -24,12 +25,16 @@ struct table_lookup final : route_lookup {
   std::optional<binding> operation() override {
     auto op = fx.table->find_op(op_id, now);
     if (!op) return std::nullopt;
-    return binding{op->backend, actors::lost(*fx.backends[op->backend], now, fx.lost_after_ms)};
+    return state(op->backend);
   }
   std::optional<binding> session() override {
     auto b = fx.table->find_session(key, now);
     if (!b) return std::nullopt;
-    return binding{*b, actors::lost(*fx.backends[*b], now, fx.lost_after_ms)};
+    return state(*b);
+  }
+  binding state(actors::backend_index b) const {
+    const auto& backend = *fx.backends[b];
+    return binding{b, actors::lost(backend, now, fx.lost_after_ms), backend.down_since_ms.load() > 0};
   }
 };
 
@@ -50,7 +55,7 @@ bool not_forwarded(std::string_view key) {
 
 route_decision decide_route(forward_context& fx, const call_facts& facts, bool op_asked) {
   table_lookup table{fx, facts.fields.operation_id, facts.key, core::now_ms()};
-  return choose_backend(facts.kind, facts.fields, fx.backends.size(), fx.rebind_lost, table, op_asked);
+  return choose_backend(facts.kind, facts.fields, fx.backends.size(), fx.on_lost, table, op_asked);
 }
 
 std::optional<actors::backend_index> any_backend(forward_context& fx, const std::string& tenant) {
@@ -68,7 +73,14 @@ std::optional<actors::backend_index> any_backend(forward_context& fx, const std:
   return fallback;
 }
 
-refusal route_refusal(const forward_context& fx, const route_decision& d) {
+refusal route_refusal(const forward_context& fx, const call_facts& facts, const route_decision& d) {
+  if (d.refusal == core::local_reason::operation_lost) {
+    const auto& lost = *fx.backends[d.backend];
+    return {d.refusal, "scg: operation " + facts.fields.operation_id.substr(0, 64) + " ran on backend " + lost.name +
+                           " (" + lost.address +
+                           "), which was lost; its results are gone. Run it again: the session goes on "
+                           "(on_backend_lost.action: replay)"};
+  }
   if (d.refusal != core::local_reason::backend_lost) return {d.refusal, "scg: no backends are configured"};
   const auto& lost = *fx.backends[d.backend];
   return {core::local_reason::backend_lost, "scg: the session's backend " + lost.name + " (" + lost.address +
@@ -101,6 +113,12 @@ backend_request::backend_request(const h2::header_list& metadata, const std::str
 
 void configure(forward_context& fx, const config::gateway& cfg) {
   fx.limits = cfg.limits;
+  fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
+  fx.on_lost = cfg.on_backend_lost.action;
+  if (fx.on_lost == config::lost_action::replay)
+    fx.journal = std::make_shared<journal_store>(
+        journal_limits{static_cast<std::size_t>(cfg.on_backend_lost.max_journal_kib) << 10,
+                       static_cast<std::size_t>(cfg.on_backend_lost.max_journal_total_mib) << 20});
   for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
   fx.qualify_users = cfg.security.tenants.qualify_users;
   fx.default_tenant = cfg.security.tenants.default_tenant;

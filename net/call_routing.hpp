@@ -28,9 +28,10 @@ route_decision decide_route(forward_context& fx, const call_facts& facts, bool o
 /// answers for itself); nullopt when the pool names no configured backend.
 std::optional<actors::backend_index> any_backend(forward_context& fx, const std::string& tenant);
 
-/// Why choose_backend refused: no backend at all, or the session's is lost
-/// (on_backend_lost.action: fail) and the status names it.
-refusal route_refusal(const forward_context& fx, const route_decision& d);
+/// Why choose_backend refused: no backend at all, the session's is lost
+/// (on_backend_lost.action: fail), or the operation died with its lost
+/// backend (replay); the status names the backend.
+refusal route_refusal(const forward_context& fx, const call_facts& facts, const route_decision& d);
 
 /// The request headers of the call's backend stream: the client's metadata
 /// (less HTTP/2 hop headers, the ones scg sets and the client's credential),

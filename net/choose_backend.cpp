@@ -18,13 +18,16 @@ bool follows_operation(rpc kind, const request_fields& f) {
          (kind == rpc::interrupt && f.interrupt_type == interrupt_operation_id);
 }
 
-route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count, bool rebind_lost,
-                              route_lookup& table, bool op_asked) {
+route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count,
+                              config::lost_action on_lost, route_lookup& table, bool op_asked) {
+  const bool replay = on_lost == config::lost_action::replay;
   if (follows_operation(kind, f)) {
     // An operation on a lost backend died with it: route by session, and
     // the new server answers OPERATION_NOT_FOUND, so the client re-runs it.
+    // With replay, scg says so itself, naming the lost backend.
     auto op = table.operation();
-    if (op && !op->lost) return decide(route_action::use, op->backend);
+    if (op && !op->lost) return decide(replay && op->down ? route_action::wait : route_action::use, op->backend);
+    if (op && replay) return {route_action::refuse, op->backend, core::local_reason::operation_lost};
     // Not known here: another replica may have started it a moment ago. Its
     // session (often a new session id) must not be placed before that is known.
     if (!op && !op_asked) return decide(route_action::resolve_op);
@@ -34,10 +37,15 @@ route_decision choose_backend(rpc kind, const request_fields& f, std::size_t bac
   // spread over reachable backends; the backend answers.
   if (f.session_id.empty()) return decide(route_action::any);
   if (auto s = table.session()) {
-    if (!s->lost) return decide(route_action::use, s->backend);
+    if (!s->lost) return decide(replay && s->down ? route_action::wait : route_action::use, s->backend);
     // Down for on_backend_lost.after_secs: move the session (the new server
-    // tells 4.0+ clients SESSION_CHANGED, as Spark does) or refuse.
-    if (rebind_lost) return decide(route_action::rebind, s->backend);
+    // tells 4.0+ clients SESSION_CHANGED, as Spark does), move and replay
+    // it, or refuse.
+    switch (on_lost) {
+      case config::lost_action::rebind: return decide(route_action::rebind, s->backend);
+      case config::lost_action::replay: return decide(route_action::replay, s->backend);
+      case config::lost_action::fail: break;
+    }
     return {route_action::refuse, s->backend, core::local_reason::backend_lost};
   }
   // A client that has seen its server-side session had one somewhere, and

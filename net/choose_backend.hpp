@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "actors/session_table.hpp"
+#include "config/config.hpp"
 #include "core/local_reply.hpp"
 #include "net/wire.hpp"
 
@@ -18,6 +19,7 @@ namespace scg::net {
 struct binding {
   actors::backend_index backend = 0;
   bool lost = false;  ///< its backend has been down for on_backend_lost.after_secs
+  bool down = false;  ///< its backend is down now (unreachable or unhealthy), maybe not yet lost
 };
 
 /// What choose_backend asks of the routing table, and only as far as its
@@ -42,8 +44,12 @@ enum class route_action : std::uint8_t {
   resolve_op,    ///< the operation id is not in the index here: the router asks the cluster
                  ///< (router::find_operation), then the call is routed again with `op_asked`
   rebind,        ///< the session's `backend` is lost: the router moves it (router::rebind)
-  refuse,        ///< scg answers `refusal`: no_backend (none configured), or backend_lost
-                 ///< (`backend`, with on_backend_lost.action: fail)
+  replay,        ///< as rebind, then the session's journal is replayed on its new backend
+  wait,          ///< replay: the session's (or operation's) `backend` is down, not yet lost:
+                 ///< the call waits and is routed again, rather than answered UNAVAILABLE
+  refuse,        ///< scg answers `refusal`: no_backend (none configured), backend_lost
+                 ///< (`backend`, with on_backend_lost.action: fail), or operation_lost
+                 ///< (replay: the operation died with its `backend`)
 };
 
 struct route_decision {
@@ -61,9 +67,9 @@ bool follows_operation(rpc kind, const request_fields& f);
 /// follows_operation, unless its backend is lost: the operation died with
 /// it; an id it misses is resolved in the cluster first, unless `op_asked`
 /// says that was done and found nothing), `any` without a session id, the
-/// session table (a lost backend is rebound with `rebind_lost`, else
-/// refused), then the router.
-route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count, bool rebind_lost,
-                              route_lookup& table, bool op_asked = false);
+/// session table (a lost backend's session is handled by `on_lost`), then
+/// the router.
+route_decision choose_backend(rpc kind, const request_fields& f, std::size_t backend_count,
+                              config::lost_action on_lost, route_lookup& table, bool op_asked = false);
 
 }  // namespace scg::net

@@ -14,7 +14,8 @@
 //      session table; a brand-new session asks the router actor (which, in a
 //      cluster, asks the key's owner replica) and is answered through a
 //      callback posted back to the worker (no thread blocks); a session
-//      whose backend is lost is rebound or refused (on_backend_lost);
+//      whose backend is lost is rebound, replayed (net/call_replay.hpp) or
+//      refused (on_backend_lost);
 //   4. a stream opens on the worker's connection to that backend with the
 //      client's metadata (its authorization replaced by scg's backend token),
 //      the remaining grpc-timeout and an x-request-id (with `tracing:`, a
@@ -59,6 +60,7 @@
 #include "core/throttle.hpp"
 #include "net/admission.hpp"
 #include "net/call_policies.hpp"
+#include "net/call_replay.hpp"
 #include "net/call_span.hpp"
 #include "net/call_streams.hpp"
 #include "net/call_routing.hpp"
@@ -204,7 +206,7 @@ class forward_call final : public h2::server_stream,
       core::bump(global_net_stats().forward_request_bytes_total, h.length);
       // Read whole: the first request, before routing; every request when
       // the verified user is written into it.
-      return c.phase_ < phase::connecting || c.users_.active();
+      return c.phase_ < phase::connecting || c.users_.active() || c.journal_.translating();
     }
     void body(const slice&) {}
     void end() {}
@@ -222,6 +224,7 @@ class forward_call final : public h2::server_stream,
       if (!user_rewrite::apply(msg, body, facts_.spark_user))
         return finish_local(reason::invalid_message, not_valid_text(facts_.kind));
     }
+    if (journal_.translating()) journal_.request(facts_.kind, msg);
     if (up_stream_ > 0) {
       send_to_backend(std::move(msg));
     } else {
@@ -245,6 +248,7 @@ class forward_call final : public h2::server_stream,
     if (users_.active() && has_message && !user_rewrite::apply(first_, *body, facts_.spark_user))
       return finish_local(reason::invalid_message, not_valid_text(facts_.kind));
     has_first_message_ = has_message;
+    if (has_message) journal_.first_message(fx_, facts_, *body);
     // The first message (an ExecutePlan) asks for a reattachable execution; true without a message.
     auto reattachable = [&] { return !body || (body->readable() && asks_reattachable(body->text())); };
     if (auto no = execution_.admit(fx_, facts_.kind, facts_.fields, facts_.identity.tenant, facts_.request_id,
@@ -277,8 +281,12 @@ class forward_call final : public h2::server_stream,
         return fx_.router->resolve_held(facts_.key, f.session_id, facts_.spark_user, f.observed_server_session,
                                         answer_on_worker());
       case route_action::rebind: return fx_.router->rebind(facts_.key, answer_on_worker());
+      case route_action::replay:
+        replay_from_ = d.backend;
+        return fx_.router->rebind(facts_.key, answer_on_worker());
+      case route_action::wait: return wait_for_backend(op_asked);
       case route_action::refuse: {
-        const auto no = route_refusal(fx_, d);  // none configured, or the session's backend lost
+        const auto no = route_refusal(fx_, facts_, d);  // none configured, the session's backend lost, an operation lost
         return finish_local(no.reason, no.message);
       }
     }
@@ -322,7 +330,39 @@ class forward_call final : public h2::server_stream,
     if (!r.backend) return finish_local(r.refusal, r.error, std::chrono::milliseconds(r.retry_after_ms));
     log_.debug("session_bound request_id={} rpc={} backend={}", facts_.request_id, rpc_name(facts_.kind),
                fx_.backends[*r.backend]->name);
+    if (replay_from_) return replay_on(*r.backend);
     start_upstream(*r.backend);
+  }
+
+  /// The session moved to `b` from its lost backend: its journal is
+  /// replayed there first (net/call_replay.hpp).
+  void replay_on(backend_index b) {
+    replay_session(fx_, facts_, *replay_from_, b, [self = shared_from_this(), b](std::optional<refusal> no) {
+      self->w_.post([self, b, no = std::move(no)] {
+        if (self->finished()) return;
+        if (no) return self->finish_local(no->reason, no->message);
+        self->start_upstream(b);
+      });
+    });
+  }
+
+  /// replay: the backend is down, not yet lost. The call waits (a client's
+  /// retry of UNAVAILABLE would back off for up to a minute) and is routed
+  /// again every 250 ms: to its backend when it is back, to a replay once it
+  /// is lost; a backend never found lost in time is answered unavailable.
+  void wait_for_backend(bool op_asked) {
+    if (!wait_until_) wait_until_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(fx_.lost_after_ms + 5000);
+    if (std::chrono::steady_clock::now() >= *wait_until_)
+      return finish_local(reason::backend_unavailable, "scg: the session's backend is down, and was not found lost "
+                                                       "within on_backend_lost.after_secs");
+    if (!wait_timer_) wait_timer_ = std::make_unique<asio::steady_timer>(w_.io());
+    wait_timer_->expires_after(std::chrono::milliseconds(250));
+    wait_timer_->async_wait([weak = weak_from_this(), op_asked](const asio::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->finished()) return;
+      self->route_by_tables(op_asked);
+      self->w_.flush_dirty();
+    });
   }
 
   // --- 4. the backend stream ---------------------------------------------------------
@@ -336,6 +376,7 @@ class forward_call final : public h2::server_stream,
     auto& backend = *facts_.backend;
     if (facts_.kind == rpc::execute_plan && !facts_.fields.operation_id.empty())
       id_learning::operation(fx_, facts_, execution_, facts_.fields.operation_id);
+    journal_.translate_first(fx_, facts_, has_first_message_ ? &first_ : nullptr);
 
     // An execution longer than its tenant may run is cut at its limit, then interrupted.
     auto deadline = deadline_;
@@ -348,8 +389,14 @@ class forward_call final : public h2::server_stream,
 
     up_ = w_.upstream(b, backend.address, fx_.limits.connect_timeout_ms);
     to_client_.producer = up_;
+    // replay: a one-message request is kept, to go again should the backend refuse the connection.
+    if (fx_.journal && has_first_message_ && facts_.kind != rpc::add_artifacts && facts_.kind != rpc::unknown)
+      again_ = share(first_);
     if (has_first_message_) send_to_backend(std::move(first_));
-    for (auto& m : waiting_) send_to_backend(std::move(m));
+    for (auto& m : waiting_) {
+      if (journal_.translating()) journal_.request(facts_.kind, m);
+      send_to_backend(std::move(m));
+    }
     waiting_.clear();
     to_backend_.ended = request_ended_;
     backend.in_flight.fetch_add(1, std::memory_order_relaxed);
@@ -379,6 +426,7 @@ class forward_call final : public h2::server_stream,
   void on_response_headers_done(bool trailer, bool end_stream) override {
     if (finished()) return;
     if (phase_ == phase::connecting) advance(phase::streaming);  // the backend answered
+    again_.reset();
     if (!trailer && !end_stream) {
       // A stream shows the backend's headers at once (a long query shows
       // them before its first result).
@@ -415,7 +463,7 @@ class forward_call final : public h2::server_stream,
       // (Spark sends it alone, a few dozen bytes).
       return (c.responses_.messages() == 0 &&
               (kind == rpc::config || kind == rpc::execute_plan || kind == rpc::clone_session)) ||
-             (c.execution_.has_operation() && h.length <= small_response_bytes);
+             (c.execution_.has_operation() && h.length <= small_response_bytes) || c.journal_.translating();
     }
     void body(const slice& s) { c.accounting_.body(s); }
     void end() { c.accounting_.response_end(); }
@@ -436,6 +484,7 @@ class forward_call final : public h2::server_stream,
       execution_.set_result_complete(f && f->result_complete);
     }
     if (facts_.kind == rpc::config) redact_config(fx_, msg, response.body());
+    if (journal_.translating()) journal_.response(facts_.kind, msg);
     if (clone_pending_) {
       clone_answer_ = std::move(msg);
       return;
@@ -483,6 +532,7 @@ class forward_call final : public h2::server_stream,
     if (phase_ < phase::streaming) {
       // Nothing came from the backend: the gateway could not reach it.
       backend.unavailable_total.fetch_add(1, std::memory_order_relaxed);
+      if (again_ && !response_started_) return route_again();
       const std::string cause = !why.empty() ? why : "stream reset (HTTP/2 error " + std::to_string(error_code) + ")";
       return finish_local(reason::backend_unavailable,
                           "scg: backend " + backend.name + " (" + backend.address + ") is unavailable: " + cause);
@@ -501,6 +551,20 @@ class forward_call final : public h2::server_stream,
       log_.debug("cancelled request_id={} rpc={} http2_error={}", facts_.request_id, rpc_name(facts_.kind), error_code);
     }
     cancel_backend();
+  }
+
+  /// replay: the backend refused the connection before it answered (a
+  /// server just killed, not yet seen down): the call is routed again, as
+  /// when its backend is down (wait_for_backend), with its kept message.
+  void route_again() {
+    facts_.backend->in_flight.fetch_sub(1, std::memory_order_relaxed);
+    if (counted_stream_) global_net_stats().forward_active_streams.fetch_sub(1, std::memory_order_relaxed);
+    counted_stream_ = false;
+    up_stream_ = 0;
+    up_closed_ = false;
+    first_ = std::move(*again_);
+    again_.reset();
+    wait_for_backend(false);
   }
 
   /// The deadline or the execution limit came (whichever is first).
@@ -567,7 +631,10 @@ class forward_call final : public h2::server_stream,
                                                           grpc_status->value.substr(0, 32) + "\", not a status code");
     const int code = *parsed;
     if (code == core::grpc_code::deadline_exceeded && limit_.reached()) return kill_execution();
-    if (code == 0) id_learning::on_success(fx_, facts_);
+    if (code == 0) {
+      id_learning::on_success(fx_, facts_);
+      journal_.on_success(fx_, facts_);
+    }
     log_.debug("done request_id={} rpc={} backend={} code={}", facts_.request_id, rpc_name(facts_.kind), backend.name,
                core::status_code_name(code));
     conclude(code);
@@ -617,13 +684,15 @@ class forward_call final : public h2::server_stream,
   // --- the worker's housekeeping -------------------------------------------------
 
   std::size_t held_bytes() const override {
-    std::size_t n = streams_held() + first_.bytes.bytes() + clone_answer_.bytes.bytes();
+    std::size_t n = streams_held() + first_.bytes.bytes() + clone_answer_.bytes.bytes() +
+                    (again_ ? again_->bytes.bytes() : 0);
     for (const auto& m : waiting_) n += m.bytes.bytes();
     return n;
   }
 
   std::size_t compact() override {
-    std::size_t n = streams_compact() + first_.bytes.compact() + clone_answer_.bytes.compact();
+    std::size_t n = streams_compact() + first_.bytes.compact() + clone_answer_.bytes.compact() +
+                    (again_ ? again_->bytes.compact() : 0);
     for (auto& m : waiting_) n += m.bytes.compact();
     return n;
   }
@@ -658,6 +727,7 @@ class forward_call final : public h2::server_stream,
 
   // what scg holds besides its relays
   held_message first_;                 // the first request, read before routing
+  std::optional<held_message> again_;  // replay: first_ again, should its backend refuse the connection
   std::vector<held_message> waiting_;  // messages that came while routing
   h2::header_list response_headers_, backend_trailers_;
 
@@ -668,6 +738,9 @@ class forward_call final : public h2::server_stream,
   bool counted_stream_ = false;     // counted in active streams
   std::optional<std::chrono::steady_clock::time_point> deadline_;
   std::unique_ptr<asio::steady_timer> timer_;
+  std::unique_ptr<asio::steady_timer> wait_timer_;  // replay: routed again while the backend is down
+  std::optional<std::chrono::steady_clock::time_point> wait_until_;
+  std::optional<backend_index> replay_from_;         // replay: the lost backend the session moves from
   int final_code_ = 0;
   bool clone_pending_ = false;                     // CloneSession's answer waits for its binding
   held_message clone_answer_;
@@ -680,6 +753,7 @@ class forward_call final : public h2::server_stream,
   execution_claim execution_;  // admission: its part in the tenant's executions (net/admission.hpp)
   execution_limit limit_;
   id_learning learning_;
+  call_journal journal_;  // replay: journaling and id translation (net/call_replay.hpp)
   call_accounting accounting_;
 };
 

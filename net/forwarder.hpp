@@ -35,6 +35,7 @@ class server_stream;
 namespace scg::net {
 
 class span_exporter;  // net/span_exporter.hpp
+class journal_store;  // net/session_journal.hpp
 
 /// What every forwarded call shares; outlives all calls.
 struct forward_context {
@@ -43,7 +44,9 @@ struct forward_context {
   const actors::router* router = nullptr;
   std::atomic<std::uint64_t> cursor{0};  ///< spreads calls that carry no session
   std::int64_t lost_after_ms = 30000;    ///< on_backend_lost.after_secs
-  bool rebind_lost = true;               ///< on_backend_lost.action == rebind
+  config::lost_action on_lost = config::lost_action::rebind;  ///< on_backend_lost.action
+  /// Session journals (on_backend_lost.action: replay); null otherwise.
+  std::shared_ptr<journal_store> journal;
 
   // --- security and overload (docs/security.md, docs/multitenancy.md)
   const auth::authenticator* auth = nullptr;  ///< who calls, which tenant; never null in a replica

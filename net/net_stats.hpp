@@ -30,13 +30,18 @@ namespace scg::net {
   X(keepalive_backend_pings_total, "Keepalive PINGs sent on quiet backend connections with calls open") \
   X(keepalive_client_timeouts_total, "Client connections closed: a keepalive PING went unanswered for keepalive.timeout_secs") \
   X(keepalive_backend_timeouts_total, "Backend connections closed, their calls UNAVAILABLE: a keepalive PING went unanswered") \
-  X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure")
+  X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure") \
+  X(replays_total, "Sessions replayed onto a new server after theirs was lost (on_backend_lost.action: replay)") \
+  X(replay_entries_total, "Journal entries run by replays") \
+  X(replay_skipped_entries_total, "Optional journal entries a new server refused in a replay (USE of a database it lacks)")
 
 #define SCG_NET_GAUGES(X) \
   X(forward_active_calls, "Calls being forwarded now") \
   X(forward_active_streams, "Streaming calls (ExecutePlan, ReattachExecute, AddArtifacts, unknown methods) being forwarded now") \
   X(client_connections, "Client connections open (TLS handshakes included)") \
-  X(buffered_bytes, "Bytes of read buffers and queued call data the workers hold (bounded by limits.buffer_mib)")
+  X(buffered_bytes, "Bytes of read buffers and queued call data the workers hold (bounded by limits.buffer_mib)") \
+  X(journal_bytes, "Bytes of session journals this replica holds (on_backend_lost.max_journal_total_mib)") \
+  X(journal_sessions, "Sessions with a journal (or an unreplayable mark) on this replica")
 
 struct net_stats {
   SCG_NET_COUNTERS(SCG_STAT_FIELD)
@@ -59,6 +64,11 @@ struct net_stats {
     if (code < 0 || code >= static_cast<int>(core::status_code_count)) code = 2;  // UNKNOWN
     rpcs[static_cast<std::size_t>(r)][static_cast<std::size_t>(code)].fetch_add(1, std::memory_order_relaxed);
   }
+
+  /// Sessions marked unreplayable, by reason (net/session_journal.hpp's enum order).
+  std::array<std::atomic<std::int64_t>, 9> unreplayable_sessions{};
+  /// Replay durations (scg_replay_duration_seconds).
+  core::histogram<duration_bounds_us.size()> replay_durations{};
 
   void render(core::prometheus_writer& w) const;
 };

@@ -23,6 +23,13 @@ std::string held_message::flat_body() const {
   return out;
 }
 
+held_message share(const held_message& msg) {
+  held_message m;
+  m.header = msg.header;
+  msg.bytes.for_each([&](const h2::slice& s) { m.bytes.push(s, false); });
+  return m;
+}
+
 held_message message_of(std::string_view body, const held_message& original) {
   held_message m;
   m.header.length = static_cast<std::uint32_t>(body.size());

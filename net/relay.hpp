@@ -31,6 +31,10 @@ struct held_message {
   std::string flat_body() const;
 };
 
+/// A second handle on `msg`'s bytes (no copy), owing no window: a call
+/// keeps it to send the message again.
+held_message share(const held_message& msg);
+
 /// A message scg wrote in place of `original` (a rewrite): uncompressed, and
 /// owing the window the original took.
 held_message message_of(std::string_view body, const held_message& original);

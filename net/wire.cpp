@@ -304,4 +304,37 @@ void arrow_rows_reader::feed(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+std::uint32_t observed_field(rpc r) { return request_layouts[static_cast<std::size_t>(r)].observed; }
+
+std::uint32_t server_side_field(rpc r) { return response_layouts[static_cast<std::size_t>(r)].server_side; }
+
+bool overwrite_id(const segments& msg, std::uint32_t number, std::string_view from, std::string_view to) {
+  if (number == 0 || from.size() != to.size() || from.empty()) return false;
+  reader r(msg.data(), msg.size());
+  std::string reason, value;
+  while (r.left() > 0) {
+    field f;
+    if (read_field(r, f, reason, 0, nullptr) != met::field) return false;
+    if (f.type != 2) continue;
+    if (f.value > r.left()) return false;
+    const auto at = r.pos();
+    if (f.number != number || f.value != from.size()) {
+      r.skip(f.value);
+      continue;
+    }
+    r.copy(f.value, value);
+    if (value != from) continue;
+    // Write `to` over the value, which may cross segments.
+    std::size_t base = 0, done = 0;
+    for (const auto& s : msg) {
+      for (; done < to.size() && at + done < base + s.size; ++done)
+        const_cast<std::uint8_t*>(s.data)[at + done - base] = static_cast<std::uint8_t>(to[done]);
+      base += s.size;
+      if (done == to.size()) break;
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace scg::net

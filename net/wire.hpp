@@ -91,6 +91,15 @@ scan_result scan_request(rpc r, const segments& msg, request_fields& out);
 /// Like scan_request, for a response of `r`.
 scan_result scan_response(rpc r, const segments& msg, response_fields& out);
 
+/// The field of `r`'s request that carries client_observed_server_side_session_id (0: none).
+std::uint32_t observed_field(rpc r);
+/// The field of `r`'s response that carries server_side_session_id (0: none).
+std::uint32_t server_side_field(rpc r);
+/// Overwrites in place the first top-level field `number` of `msg` whose
+/// value is `from` with `to`, of the same length (ids are UUIDs); false when
+/// there is none. The segments' bytes must be the caller's to write.
+bool overwrite_id(const segments& msg, std::uint32_t number, std::string_view from, std::string_view to);
+
 /// Reads ExecutePlanResponse.arrow_batch.row_count (field 2, then 1) from a
 /// message body fed in pieces as it passes: every other field is skipped
 /// by its length without touching its bytes, and once the count is read (or

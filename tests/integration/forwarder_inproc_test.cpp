@@ -325,9 +325,7 @@ struct inproc_scg {
     fx.backends = backends;
     fx.table = table;
     fx.router = router.get();
-    fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
-    fx.rebind_lost = cfg.on_backend_lost.action == config::lost_action::rebind;
-
+    
     // front_door's tuning_of for one worker; the process's connection gauge is left alone.
     tune.handshake_timeout = std::chrono::seconds(cfg.limits.handshake_timeout_secs);
     tune.idle_timeout = std::chrono::seconds(cfg.limits.idle_connection_secs);

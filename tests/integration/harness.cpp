@@ -588,4 +588,24 @@ void netns_link::cut() { REQUIRE(sh("ip link set " + host_if_ + " down")); }
 void netns_link::heal() { REQUIRE(sh("ip link set " + host_if_ + " up")); }
 std::vector<std::string> netns_link::inside() const { return {ip_path(), "netns", "exec", ns_}; }
 
+stream_result execute_plan(spark::connect::SparkConnectService::Stub& stub,
+                           const spark::connect::ExecutePlanRequest& req,
+                           const std::map<std::string, std::string>& md, grpc_compression_algorithm algo) {
+  grpc::ClientContext ctx;
+  for (const auto& [k, v] : md) ctx.AddMetadata(k, v);
+  if (algo != GRPC_COMPRESS_NONE) ctx.set_compression_algorithm(algo);
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  stream_result out;
+  auto reader = stub.ExecutePlan(&ctx, req);
+  spark::connect::ExecutePlanResponse r;
+  while (reader->Read(&r)) {
+    ++out.responses;
+    out.complete = r.has_result_complete();
+  }
+  out.status = reader->Finish();
+  out.backend = header(ctx, "x-fake-backend");
+  if (out.backend.empty()) out.backend = header(ctx, "x-fake-backend", true);
+  return out;
+}
+
 }  // namespace scg::test

@@ -443,6 +443,20 @@ spark::connect::ExecutePlanRequest execute(const std::string& session, const std
                                            const std::string& op_id = "",
                                            reattachable mode = reattachable::yes);
 
+/// How an ExecutePlan read to its end went.
+struct stream_result {
+  grpc::Status status;
+  std::string backend;  ///< x-fake-backend (header or trailer)
+  int responses = 0;
+  bool complete = false;  ///< the last response was result_complete
+};
+
+/// One ExecutePlan read to its end (bounded by a 30 s deadline), with metadata `md`.
+stream_result execute_plan(spark::connect::SparkConnectService::Stub& stub,
+                           const spark::connect::ExecutePlanRequest& req,
+                           const std::map<std::string, std::string>& md = {},
+                           grpc_compression_algorithm algo = GRPC_COMPRESS_NONE);
+
 /// A ReattachExecute of operation `op_id`, after response `last` when given.
 spark::connect::ReattachExecuteRequest reattach(const std::string& session, const std::string& user_id,
                                                 const std::string& op_id, const std::string& last);

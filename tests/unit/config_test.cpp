@@ -281,7 +281,11 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
        "unknown level \"verbose\" (expected trace, debug, info, warn, error or off)"},
       {one_backend + "logging: { format: xml }\n", "logging.format", "unknown format \"xml\" (expected json or text)"},
       {one_backend + "on_backend_lost: { action: retry }\n", "on_backend_lost.action",
-       "unknown action \"retry\" (expected rebind or fail)"},
+       "unknown action \"retry\" (expected rebind, fail or replay)"},
+      {one_backend + "on_backend_lost: { action: replay, max_journal_kib: 0 }\n", "on_backend_lost.max_journal_kib",
+       "must be at least 1, got 0"},
+      {one_backend + "on_backend_lost: { action: replay }\ncluster: { node_name: a }\n", "on_backend_lost.action",
+       "replay is not available with cluster: yet (journals are kept per replica); use rebind or fail"},
       {one_backend + "admin: { open_metrics: yes }\n", "admin.open_metrics", "expected true or false, got \"yes\""},
       // cluster
       {one_backend + "cluster: { bind_addr: \"0.0.0.0:7400\" }\n", "cluster.node_name", "required"},
@@ -330,7 +334,7 @@ TEST_CASE("the enumerations read into their values", "[config]") {
     CHECK(from_name(lost_action_names, name) == action);
     CHECK(name_of(lost_action_names, action) == name);
   }
-  CHECK_FALSE(from_name(lost_action_names, "replay"));
+  CHECK_FALSE(from_name(lost_action_names, "restore"));
 }
 
 TEST_CASE("a YAML syntax error names its line", "[config]") {

@@ -518,7 +518,20 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
   grpc::ServerUnaryReactor* Config(CallbackServerContext* ctx, const sc::ConfigRequest* request,
                                    sc::ConfigResponse* response) override {
     return unary(ctx, "Config", *request, *response, session_use::create,
-                 [&](session_state&) -> maybe_error {
+                 [&](session_state& session) -> maybe_error {
+                   // A session's confs, as Spark keeps them: set, unset, and get (get_option) them.
+                   sc::ConfigOperation op;
+                   if (op.ParseFromString(request->operation())) {
+                     if (op.has_set())
+                       for (const auto& kv : op.set().pairs()) session.conf[kv.key()] = kv.value();
+                     for (const auto& k : op.unset().keys()) session.conf.erase(k);
+                     const auto& keys = op.has_get() ? op.get().keys() : op.get_option().keys();
+                     for (const auto& k : keys) {
+                       auto* pair = response->add_pairs();
+                       pair->set_key(k);
+                       if (auto it = session.conf.find(k); it != session.conf.end()) pair->set_value(it->second);
+                     }
+                   }
                    add_pair(*response, "spark.fake.backend", state_.name());
                    if (auto eq = defaults_.config_echo.find('='); eq != std::string::npos)
                      add_pair(*response, defaults_.config_echo.substr(0, eq), defaults_.config_echo.substr(eq + 1));

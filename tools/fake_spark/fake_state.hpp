@@ -171,6 +171,7 @@ struct session_state {
   std::string server_side_id;
   std::map<std::string, operation_state> ops;
   std::set<std::string> artifacts;
+  std::map<std::string, std::string> conf;  // what Config set and unset leave
   std::deque<std::string> released;   // release_all ids
   std::deque<std::string> abandoned;  // reaped ids
   int64_t last_access_ms = 0;
@@ -300,7 +301,7 @@ struct session_state {
 class fake_state {
  public:
   explicit fake_state(std::string name, expiry limits = {})
-      : name_(std::move(name)), limits_(limits), process_token_(random_uuid().substr(0, 8)) {}
+      : name_(std::move(name)), limits_(limits) {}
 
   const std::string& name() const { return name_; }
 
@@ -450,8 +451,8 @@ class fake_state {
   session_state& create_session(const session_key& key) {
     ++sessions_created_;
     auto& session = sessions_[key];
-    // The process token makes ids differ after a restart, like a new Spark driver.
-    session.server_side_id = name_ + "/" + process_token_ + "-" + std::to_string(sessions_created_);
+    // A fresh UUID per session, as Spark makes: ids differ after a restart too.
+    session.server_side_id = random_uuid();
     session.last_access_ms = steady_ms();
     return session;
   }
@@ -502,7 +503,6 @@ class fake_state {
   const std::string name_;
   const expiry limits_;
   std::string required_token_;  // set once before serving
-  const std::string process_token_;
   mutable std::mutex mu_;
   std::map<session_key, session_state> sessions_;
   std::set<session_key> closed_;         // tombstones of closed sessions
