@@ -686,6 +686,129 @@ def backend_killed():
     check(scg.metric("scg_forward_backend_lost_total") >= 1, "scg_forward_backend_lost_total counts it")
 
 
+@scenario
+def backend_replayed():
+    """on_backend_lost: replay. A server SIGKILLed: its sessions go on on the
+    other server with their SQL conf (Config and SET), temp views from SQL and
+    from a DataFrame, a Python UDF and a session variable, under the
+    server-side id their client first observed (no SESSION_CHANGED); a query
+    running at the kill fails with scg's error naming the server, and its
+    session's next query works; a session that made a localCheckpoint is told
+    it cannot be restored, and why."""
+    import pyspark.sql.functions as F
+    victim, scg = scg_beside_own_server("breplay", "victim", {"after_secs": 2, "action": "replay"})
+    sessions = [connect(scg.url()) for _ in range(6)]
+    for x in sessions:
+        x.range(1).count()
+    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
+    on_victim = [x for x in sessions if rows.get(x.client._session_id) == "victim"]
+    check(len(on_victim) == 3, f"three sessions on the victim: {rows}")
+    s, running, _ = on_victim
+
+    s.conf.set("spark.sql.shuffle.partitions", "7")
+    s.sql("SET scg.test.mark=42")
+    s.sql("SET scg.test.dropped=1")
+    s.sql("RESET scg.test.dropped")
+    s.sql("CREATE TEMP VIEW v_sql AS SELECT id * 2 AS d FROM range(5)")
+    s.createDataFrame([(1, "a"), (2, "b"), (3, "c")], ["n", "t"]).createOrReplaceTempView("v_df")
+    s.udf.register("plus_one", lambda x: x + 1, "long")
+    s.sql("DECLARE VARIABLE scg_var INT DEFAULT 5")
+
+    def observe(x):
+        return {
+            "partitions": x.conf.get("spark.sql.shuffle.partitions"),
+            "mark": x.sql("SET scg.test.mark").collect()[0][1],
+            "dropped": x.conf.get("scg.test.dropped", "<unset>"),
+            "v_sql": x.sql("SELECT sum(d) AS s FROM v_sql").collect()[0].s,
+            "v_df": sorted(r.t for r in x.table("v_df").collect()),
+            "udf": x.sql("SELECT plus_one(41) AS y").collect()[0].y,
+            "var": x.sql("SELECT scg_var AS v").collect()[0].v,
+        }
+    before = observe(s)
+    check(before == {"partitions": "7", "mark": "42", "dropped": "<unset>", "v_sql": 20, "v_df": ["a", "b", "c"],
+                     "udf": 42, "var": 5}, f"the session's state before the kill: {before}")
+    # PySpark 4.3 finds a localCheckpoint's data only in the first session of
+    # its process (directly against Spark too): a process of its own makes one,
+    # in a session that lands on the victim.
+    # It stays alive (killed, never stopped): a stopped session is released.
+    ckpt_code = ("import sys, warnings; warnings.filterwarnings('ignore')\n"
+                 "from pyspark.sql import SparkSession\n"
+                 "s = SparkSession.builder.remote(sys.argv[1]).create()\n"
+                 "assert s.range(10).localCheckpoint().count() == 10\n"
+                 "print(s.client._session_id, flush=True)\n"
+                 "sys.stdin.readline()\n"
+                 "try:\n"
+                 "    s.range(2).count()\n"
+                 "    print('OK', flush=True)\n"
+                 "except Exception as e:\n"
+                 "    print('ERR ' + ' '.join(str(e).split())[:400], flush=True)\n"
+                 "sys.stdin.read()\n")
+    ckpt_session, holders = "", []
+    for _ in range(4):
+        p = subprocess.Popen([sys.executable, "-c", ckpt_code, scg.url()], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        holders.append(p)
+        sid = (p.stdout.readline() or "").strip()
+        check(sid != "", "a localCheckpoint through scg works")
+        if {x["session_id"]: x["backend"] for x in sessions_listing(scg)}.get(sid) == "victim":
+            ckpt_session = sid
+            break
+    check(ckpt_session != "", "a checkpointed session on the victim")
+    check(scg.metric("scg_sessions_unreplayable", {"reason": "checkpoint"}) >= 1,
+          "the localCheckpoint marks its session unreplayable")
+    observed = s.client._server_session_id
+
+    outcome = {}
+
+    def long_query():
+        t0 = time.monotonic()
+        try:
+            running.sql(sleep_sql(60000)).collect()
+            outcome["error"] = None
+        except Exception as e:  # noqa: BLE001
+            outcome["error"] = e
+        outcome["took"] = time.monotonic() - t0
+    worker = threading.Thread(target=long_query)
+    worker.start()
+    lab.wait_for("the long query to run on the victim", lambda: running_jobs(victim), 30, 0.2)
+    lab.kill_tree(victim["pid"])
+    t_kill = time.monotonic()
+
+    after = observe(s)
+    check(after == before, f"the same results after the kill ({time.monotonic() - t_kill:.1f} s): {after}")
+    check(s.client._server_session_id == observed, "the client still sees its first server-side session id")
+    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
+    check(rows[s.client._session_id] == "spark43a", "the session now lives on the other server")
+    check(scg.metric("scg_replays_total") >= 1, "scg_replays_total counts the replay")
+    for _ in range(3):
+        check(s.range(4).select(F.sum("id")).collect()[0][0] == 6, "the replayed session goes on")
+
+    worker.join(90)
+    check(not worker.is_alive(), "the running query ended")
+    err = outcome.get("error")
+    check(err is not None, "the query running at the kill failed")
+    msg = error_text(err)
+    check("victim" in msg and "was lost" in msg,
+          f"it failed {grpc_code(err)} in {outcome['took']:.1f} s naming the lost server: {msg[:240]}")
+    check(running.range(3).count() == 3, "its session's next query works")
+
+    # Its own client's next call, after the kill.
+    holder = holders[-1]
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    answer = holder.stdout.readline().strip()
+    check(answer.startswith("ERR") and "checkpoint" in answer and "victim" in answer,
+          f"the checkpointed session is told why it cannot be restored: {answer[:300]}")
+    for p in holders:
+        p.kill()
+        p.wait(10)
+    for x in sessions:
+        try:
+            x.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 # --- security ----------------------------------------------------------------------------------
 
 
