@@ -1,5 +1,7 @@
 #include "admin/admin_http.hpp"
 
+#include "net/session_journal.hpp"
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -213,6 +215,12 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
                         {"last_seen_ms_ago", ms_ago(now, r.last_seen)},
                         {"operations", ops[r.key]}};
     add_key_fields(item, r.key);
+    if (view.journal) {  // on_backend_lost.action: replay
+      const auto why = view.journal->why_not(r.key);
+      item["replayable"] = why == net::unreplayable::none;
+      item["unreplayable_reason"] = why == net::unreplayable::none ? nlohmann::json(nullptr)
+                                                                    : nlohmann::json(net::unreplayable_name(why));
+    }
     list.push_back(std::move(item));
   }
   return dump({{"sessions", list}, {"next", next}, {"total", view.table->session_count()}});

@@ -33,6 +33,7 @@ class usage_ledger;
 
 namespace scg::net {
 class execution_ledger;
+class journal_store;
 }
 
 namespace scg::admin {
@@ -59,6 +60,8 @@ struct admin_view {
   /// tenants.pools: backend names per tenant (admin/usage_http.hpp shows each pool's load).
   std::map<std::string, std::vector<std::string>, std::less<>> pools;
   const request_gate* heavy = nullptr;  ///< admin.max_heavy_requests in use (set by admin_http)
+  /// Session journals (on_backend_lost.action: replay); null: listings show no `replayable`.
+  std::shared_ptr<const net::journal_store> journal;
 };
 
 /// The admin plane: every endpoint on `addr`, and /healthz and /readyz alone

@@ -391,6 +391,7 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   admin::admin_view view;
   view.backends = backends;
   view.table = table;
+  view.journal = fx.journal;
   view.policy = actors::make_policy(cfg.placement);
   view.set_draining = [&router](const std::string& name, bool on) { router.set_draining(name, on); };
   view.executions = &fx.executions;

@@ -188,6 +188,16 @@ TEST_CASE("a session that cannot be replayed is told why, and one past its journ
   REQUIRE(config_call(gw.grpc_port, big, set({{"spark.big", std::string(1536 << 10, 'b')}})).status.ok());
   CHECK(metric_value(gw.admin_port, "scg_sessions_unreplayable{reason=\"too_large\"}") == 1);
   CHECK(metric_value(gw.admin_port, "scg_journal_bytes") == 0);
+  // The session listing says which sessions can be replayed, and why not.
+  auto listed = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + s).second);
+  REQUIRE(listed["sessions"].size() == 1);
+  CHECK(listed["sessions"][0]["replayable"] == false);
+  CHECK(listed["sessions"][0]["unreplayable_reason"] == "checkpoint");
+  const auto fine = session_on(gw, "fake-spare", "fine-");
+  listed = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + fine).second);
+  REQUIRE(listed["sessions"].size() == 1);
+  CHECK(listed["sessions"][0]["replayable"] == true);
+  CHECK(listed["sessions"][0]["unreplayable_reason"].is_null());
 
   const auto observed = config_call(gw.grpc_port, s, keys({"a"})).server_side;
   doomed.reset();
