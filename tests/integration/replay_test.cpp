@@ -75,17 +75,26 @@ std::string session_on(const gateway& gw, const std::string& backend, const std:
   return "";
 }
 
-const std::string replay_yaml =
-    "on_backend_lost: { after_secs: 2, action: replay }\nhealth: { interval_ms: 200, timeout_ms: 300, failures: 1 }\n";
+/// fake-doomed (to kill) and fake-spare behind a gateway with replay on.
+struct replay_env {
+  temp_dir dir;
+  std::unique_ptr<fake_spark> doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
+  fake_spark spare = start_fake(dir, "fake-spare");
+  gateway gw;
+  explicit replay_env(const std::string& tag)
+      : gw(start_gateway(dir,
+                         gateway_yaml({doomed.get(), &spare},
+                                      "on_backend_lost: { after_secs: 2, action: replay }\n"
+                                      "health: { interval_ms: 200, timeout_ms: 300, failures: 1 }\n"),
+                         tag)) {}
+};
 
 }  // namespace
 
 TEST_CASE("a lost server's session goes on on another with its confs, under the id its client first observed",
           "[integration][replay]") {
-  temp_dir dir;
-  auto doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
-  auto spare = start_fake(dir, "fake-spare");
-  auto gw = start_gateway(dir, gateway_yaml({doomed.get(), &spare}, replay_yaml), "replay");
+  replay_env env("replay");
+  auto& gw = env.gw;
   const auto s = session_on(gw, "fake-doomed", "replayed-");
   REQUIRE(!s.empty());
 
@@ -99,7 +108,7 @@ TEST_CASE("a lost server's session goes on on another with its confs, under the 
   CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 1);
   CHECK(metric_value(gw.admin_port, "scg_journal_bytes") > 0);
 
-  doomed.reset();  // SIGKILL
+  env.doomed.reset();  // SIGKILL
   REQUIRE(eventually([&] { return !serving(gw, "fake-doomed"); }, 5s));
   // Down, not yet lost: the call is held (no UNAVAILABLE for the client to
   // back off from), then replayed on fake-spare once the server counts as lost.
@@ -135,12 +144,10 @@ TEST_CASE("a lost server's session goes on on another with its confs, under the 
   CHECK(r.backend == "fake-spare");
 }
 
-TEST_CASE("an operation that ran on the lost server ends with an error naming it; the session goes on",
+TEST_CASE("an operation that ran on the lost server ends with an error naming it, and the session goes on",
           "[integration][replay]") {
-  temp_dir dir;
-  auto doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
-  auto spare = start_fake(dir, "fake-spare");
-  auto gw = start_gateway(dir, gateway_yaml({doomed.get(), &spare}, replay_yaml), "replay-op");
+  replay_env env("replay-op");
+  auto& gw = env.gw;
   const auto s = session_on(gw, "fake-doomed", "op-lost-");
   REQUIRE(!s.empty());
   auto stub = stub_to(gw.grpc_port);
@@ -148,7 +155,7 @@ TEST_CASE("an operation that ran on the lost server ends with an error naming it
   auto started = execute_plan(*stub, execute(s, "uma", op), {{"x-fake-responses", "2"}});
   REQUIRE(started.status.ok());
 
-  doomed.reset();
+  env.doomed.reset();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 20s);
   auto stream = stub->ReattachExecute(&ctx, reattach(s, "uma", op, ""));
@@ -170,10 +177,8 @@ TEST_CASE("an operation that ran on the lost server ends with an error naming it
 
 TEST_CASE("a session that cannot be replayed is told why, and one past its journal bound is reported",
           "[integration][replay]") {
-  temp_dir dir;
-  auto doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
-  auto spare = start_fake(dir, "fake-spare");
-  auto gw = start_gateway(dir, gateway_yaml({doomed.get(), &spare}, replay_yaml), "replay-no");
+  replay_env env("replay-no");
+  auto& gw = env.gw;
   const auto s = session_on(gw, "fake-doomed", "no-replay-");
   const auto big = session_on(gw, "fake-doomed", "too-big-");
   REQUIRE(!s.empty());
@@ -200,7 +205,7 @@ TEST_CASE("a session that cannot be replayed is told why, and one past its journ
   CHECK(listed["sessions"][0]["unreplayable_reason"].is_null());
 
   const auto observed = config_call(gw.grpc_port, s, keys({"a"})).server_side;
-  doomed.reset();
+  env.doomed.reset();
   auto after = config_call(gw.grpc_port, s, keys({"a"}), observed);
   CHECK(after.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(after.status.error_message().find("checkpoint") != std::string::npos);

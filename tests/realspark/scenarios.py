@@ -649,16 +649,21 @@ def scg_beside_own_server(tag: str, name: str, on_backend_lost: dict):
     return own, lab.Scg(cfg, work)
 
 
+def sessions_on_victim(scg, n: int):
+    """`n` new sessions through scg, each used once; those placed on "victim"."""
+    sessions = [connect(scg.url()) for _ in range(n)]
+    for x in sessions:
+        x.range(1).count()
+    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
+    return sessions, [x for x in sessions if rows.get(x.client._session_id) == "victim"]
+
+
 @scenario
 def backend_killed():
     """A server killed: new sessions go to the other one, and the session it
     held gets a clear error naming it (on_backend_lost: fail)."""
     victim, scg = scg_beside_own_server("bkill", "victim", {"after_secs": 2, "action": "fail"})
-    sessions = [connect(scg.url()) for _ in range(2)]
-    for s in sessions:
-        s.range(3).count()
-    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
-    on_victim = [s for s in sessions if rows.get(s.client._session_id) == "victim"]
+    sessions, on_victim = sessions_on_victim(scg, 2)
     check(len(on_victim) == 1, "one session on each server")
     lab.kill_tree(victim["pid"])
     t_kill = time.monotonic()
@@ -697,12 +702,8 @@ def backend_replayed():
     it cannot be restored, and why."""
     import pyspark.sql.functions as F
     victim, scg = scg_beside_own_server("breplay", "victim", {"after_secs": 2, "action": "replay"})
-    sessions = [connect(scg.url()) for _ in range(6)]
-    for x in sessions:
-        x.range(1).count()
-    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
-    on_victim = [x for x in sessions if rows.get(x.client._session_id) == "victim"]
-    check(len(on_victim) == 3, f"three sessions on the victim: {rows}")
+    sessions, on_victim = sessions_on_victim(scg, 6)
+    check(len(on_victim) == 3, "three sessions on the victim")
     s, running, _ = on_victim
 
     s.conf.set("spark.sql.shuffle.partitions", "7")
@@ -807,6 +808,61 @@ def backend_replayed():
             x.stop()
         except Exception:  # noqa: BLE001
             pass
+
+
+@scenario
+def backend_replayed_clients():
+    """on_backend_lost: replay with spark-connect-go and Spark's JVM client:
+    a session each on a server that is SIGKILLed between two statements; the
+    statements after the kill see the conf and temp view made before it."""
+    victim, scg = scg_beside_own_server("breplayc", "victim", {"after_secs": 2, "action": "replay"})
+    scg.post("/api/v1/backends/spark43a/drain")  # both sessions land on the victim
+    jvm = lab.LAB / "jvmclient"
+    cp = f"{jvm / 'classes'}:{(jvm / 'classpath').read_text().strip()}"
+    argv = {
+        "go": [str(lab.LAB / "goclient"), "-remote", f"sc://127.0.0.1:{scg.grpc}"],
+        "jvm": ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+                "-Dio.netty.tryReflectionSetAccessible=true", "-cp", cp, "JvmClient", scg.url()],
+    }
+    statements = ["SET scg.test.mark=42", "CREATE TEMP VIEW v_c AS SELECT id * 3 AS t FROM range(4)",
+                  "select sum(t) from v_c", "--pause", "select sum(t) from v_c", "SET scg.test.mark",
+                  "select count(*) from range(5)"]
+    procs = {name: subprocess.Popen(a + statements, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for name, a in argv.items()}
+    lines = {name: [] for name in procs}
+    try:
+        for name, p in procs.items():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                if line.startswith("{"):
+                    lines[name].append(json.loads(line))
+                    if lines[name][-1]["sql"] == "--pause":
+                        break
+            check(lines[name] and lines[name][-1]["sql"] == "--pause", f"{name}: ran up to the pause: {lines[name]}")
+            check(lines[name][2].get("first") == [18], f"{name}: the view before the kill: {lines[name][2]}")
+        scg.post("/api/v1/backends/spark43a/undrain")
+        check(all(r["backend"] == "victim" for r in sessions_listing(scg)), "both sessions on the victim")
+        lab.kill_tree(victim["pid"])
+        for p in procs.values():
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for name, p in procs.items():
+            out, _ = p.communicate(timeout=120)
+            lines[name] += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+            after = lines[name][4:]
+            check(len(after) == 3 and not any(r.get("error") for r in after), f"{name}: no error after the kill: {after}")
+            check(after[0].get("first") == [18], f"{name}: the temp view after the kill: {after[0]}")
+            check(after[1].get("first") == ["scg.test.mark", "42"], f"{name}: the conf after the kill: {after[1]}")
+            check(after[2].get("first") == [5], f"{name}: a query after the kill: {after[2]}")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    check(scg.metric("scg_replays_total") == 2, "both sessions were replayed")
 
 
 # --- security ----------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ TEST_CASE("The store bounds a session's journal and all of them", "[session_jour
   CHECK(store.snapshot("k2").entries.empty());
 }
 
-TEST_CASE("One replay per session runs; the others wait for its end", "[session_journal]") {
+TEST_CASE("One replay per session runs, and the others wait for its end", "[session_journal]") {
   journal_store store({});
   int woken = 0;
   CHECK(store.begin_replay("k", [&] { ++woken; }));

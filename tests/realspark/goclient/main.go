@@ -1,12 +1,15 @@
 // A small spark-connect-go client for the real-Spark tier: it runs SQL
 // through a Spark Connect address and prints one JSON line per statement
 // ({"sql", "rows", "first", "error", "secs"}), so the Python scenarios can
-// assert on results. Exit status 1 when any statement failed.
+// assert on results. Exit status 1 when any statement failed. The statement
+// "--pause" prints its line and waits for a line on stdin (a scenario kills a
+// server meanwhile).
 //
 //	goclient -remote sc://127.0.0.1:15003/ "select 1" "select count(*) from range(10)"
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -37,8 +40,14 @@ func main() {
 	defer spark.Stop()
 	failed := false
 	out := json.NewEncoder(os.Stdout)
+	stdin := bufio.NewReader(os.Stdin)
 	for _, q := range flag.Args() {
 		r := result{SQL: q}
+		if q == "--pause" {
+			_ = out.Encode(r)
+			_, _ = stdin.ReadString('\n')
+			continue
+		}
 		start := time.Now()
 		df, err := spark.Sql(ctx, q)
 		if err == nil {

@@ -3,6 +3,7 @@
 // SQL through a Spark Connect address and prints one JSON line per statement
 // ({"sql", "rows", "first", "error", "secs"}), like the Go client, so the
 // Python scenarios can assert on results. Exit status 1 when a statement failed.
+// The statement "--pause" prints its line and waits for a line on stdin.
 //
 //   java -cp CLASSPATH JvmClient sc://127.0.0.1:15003 "select 1" "select 2"
 
@@ -34,7 +35,14 @@ public final class JvmClient {
     org.apache.spark.sql.SparkSession spark =
         org.apache.spark.sql.connect.SparkSession.builder().remote(args[0]).create();
     boolean failed = false;
+    java.io.BufferedReader stdin = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
     for (int i = 1; i < args.length; i++) {
+      if (args[i].equals("--pause")) {
+        System.out.println("{\"sql\":\"--pause\"}");
+        System.out.flush();
+        stdin.readLine();
+        continue;
+      }
       long start = System.nanoTime();
       StringBuilder line = new StringBuilder("{\"sql\":").append(quote(args[i]));
       try {
