@@ -811,6 +811,50 @@ def backend_replayed():
 
 
 @scenario
+def backend_oom_replayed():
+    """The seed's scenario: one session's query drives its server's 512 MiB
+    driver out of memory (Spark stops its SparkContext and closes its port);
+    another session on that server goes on elsewhere with its state
+    (on_backend_lost: replay)."""
+    import pyspark.sql.functions as F
+    victim, scg = scg_beside_own_server("boom", "victim", {"after_secs": 2, "action": "replay"})
+    sessions, on_victim = sessions_on_victim(scg, 4)
+    check(len(on_victim) == 2, "two sessions on the victim")
+    bystander, culprit = on_victim
+    bystander.conf.set("spark.sql.shuffle.partitions", "5")
+    bystander.sql("CREATE TEMP VIEW v_by AS SELECT id * 5 AS f FROM range(4)")
+    before = (bystander.conf.get("spark.sql.shuffle.partitions"), bystander.sql("SELECT sum(f) FROM v_by").collect()[0][0])
+    check(before == ("5", 30), f"the bystander's state: {before}")
+    t0 = time.monotonic()
+    try:
+        culprit.range(0, 30_000_000, numPartitions=1).select(
+            F.collect_list(F.expr("repeat('x', 200)")).alias("l")).selectExpr("size(l)").collect()
+        raise AssertionError("the query that should exhaust the driver's heap succeeded")
+    except AssertionError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        check(True, f"the culprit's query failed after {time.monotonic() - t0:.1f} s: {error_text(e)[:120]}")
+    # Between the SparkContext's stop and its port closing (a few seconds) the
+    # server still answers, with errors: scg does not yet count that as down,
+    # so the bystander waits for scg to see the server down.
+    def victim_down():
+        return not next(b for b in scg.get("/api/v1/backends")["backends"] if b["name"] == "victim")["healthy"]
+    lab.wait_for("scg to see the out-of-memory server down", victim_down, 60, 0.1)
+    check(True, f"scg sees it down {time.monotonic() - t0:.1f} s after the culprit's query started")
+    after = (bystander.conf.get("spark.sql.shuffle.partitions"), bystander.sql("SELECT sum(f) FROM v_by").collect()[0][0])
+    check(after == before, f"the bystander's state after the driver died: {after}")
+    rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
+    check(rows[bystander.client._session_id] == "spark43a", "the bystander now lives on the other server")
+    check(scg.metric("scg_replays_total") >= 1, "scg_replays_total counts the replay")
+    lab.kill_tree(victim["pid"])
+    for x in sessions:
+        try:
+            x.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@scenario
 def backend_replayed_clients():
     """on_backend_lost: replay with spark-connect-go and Spark's JVM client:
     a session each on a server that is SIGKILLed between two statements; the
