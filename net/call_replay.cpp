@@ -57,27 +57,28 @@ std::string session_text(const call_facts& facts) {
 
 void replay_session(forward_context& fx, const call_facts& facts, actors::backend_index lost, actors::backend_index to,
                     std::function<void(std::optional<refusal>)> done) {
-  auto& store = *fx.journal;
+  // The callbacks hold the store: gRPC may complete a replay during shutdown.
+  const std::shared_ptr<journal_store> store = fx.journal;
   const auto& from = *fx.backends[lost];
   auto& next = *fx.backends[to];
   const std::string key = facts.key;
   const std::string moved = session_text(facts) + " moved from backend " + from.name + " (lost) to " + next.name;
   // Another call of the session is replaying it: this one goes on after it.
-  const bool mine = store.begin_replay(key, [&store, key, to, moved, done] {
-    auto ids = store.ids(key);
+  const bool mine = store->begin_replay(key, [store, key, to, moved, done] {
+    auto ids = store->ids(key);
     if (ids && ids->backend == to) return done(std::nullopt);
     done(refusal{core::local_reason::replay_failed,
                  "scg: " + moved + ", and its replay there failed; it goes on there as a new session"});
   });
   if (!mine) return;
-  const auto snap = store.snapshot(key);
+  const auto snap = store->snapshot(key);
   if (snap.ids && snap.ids->backend == to) {  // replayed there by a call that raced this one
-    store.end_replay(key);
+    store->end_replay(key);
     return done(std::nullopt);
   }
   if (snap.why != unreplayable::none) {
-    store.forget(key);
-    store.end_replay(key);
+    store->forget(key);
+    store->end_replay(key);
     return done(refusal{core::local_reason::session_unreplayable,
                         "scg: " + moved + ", and scg cannot restore its state there: " +
                             std::string(unreplayable_text(snap.why)) +
@@ -92,7 +93,7 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
   const auto started = std::chrono::steady_clock::now();
   const std::string tenant = facts.identity.tenant, user = facts.fields.user_id, session = facts.fields.session_id;
   const std::string lost_name = from.name, to_name = next.name;
-  replay_journal(next, std::move(req), [&store, key, to, client, moved, done, started, tenant, user, session,
+  replay_journal(next, std::move(req), [store, key, to, client, moved, done, started, tenant, user, session,
                                         lost_name, to_name](replay_outcome out) {
     auto& m = global_net_stats();
     const auto took = std::chrono::steady_clock::now() - started;
@@ -101,8 +102,8 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
                                    {"to", to_name}, {"entries", entries}, {"result", out.ok ? "ok" : "failed"},
                                    {"failed", out.failed}});
     if (!out.ok) {
-      store.forget(key);
-      store.end_replay(key);
+      store->forget(key);
+      store->end_replay(key);
       return done(refusal{core::local_reason::replay_failed,
                           "scg: " + moved + ", and replaying its journal there failed at " + out.failed +
                               "; it goes on there as a new session (on_backend_lost.action: replay)"});
@@ -114,8 +115,8 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
         net_stats::duration_bounds_us,
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
     for (const auto& s : out.skipped) spdlog::warn("replay_skipped session={} entry={}", session, s);
-    store.set_ids(key, {client, out.server_id, static_cast<std::uint32_t>(to)});
-    store.end_replay(key);
+    store->set_ids(key, {client, out.server_id, static_cast<std::uint32_t>(to)});
+    store->end_replay(key);
     done(std::nullopt);
   });
 }
