@@ -91,6 +91,21 @@ std::uint64_t varint_field(pw::reader r, std::uint32_t number) {
   return 0;
 }
 
+/// `w` in lower case: Spark's view, function and variable names are case-insensitive.
+std::string lower(std::string_view w) {
+  std::string out(w);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+/// A SQL identifier as the journal keys it: backticks dropped, lower case.
+std::string name_key(std::string_view w) {
+  std::string out;
+  for (char c : w)
+    if (c != '`') out.push_back(c);
+  return lower(out);
+}
+
 journal_verdict record(std::vector<std::string> names, bool optional = false) {
   journal_verdict v;
   v.what = journal_verdict::kind::record;
@@ -155,14 +170,12 @@ journal_verdict classify_plan(pw::reader r) {
     case 1:   // register_function → CommonInlineUserDefinedFunction.function_name 1
     case 10:  // register_table_function → CommonInlineUserDefinedTableFunction.function_name 1
     {
-      auto name = string_field(r, 1);
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      const auto name = lower(string_field(r, 1));
       return name.empty() ? journal_verdict{} : record({"func:" + name});
     }
     case 3: {  // create_dataframe_view: name 2, is_global 3
       if (varint_field(r, 3) != 0) return refuse(unreplayable::global_view);
-      auto name = string_field(r, 2);
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      const auto name = lower(string_field(r, 2));
       return name.empty() ? journal_verdict{} : record({"view:" + name});
     }
     case 5: {  // sql_command: sql 1 (before 4.0), or input 6 → Relation.sql 10 → SQL.query 1
@@ -231,13 +244,6 @@ class sql_words {
     for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return out;
   }
-  /// An identifier as a journal name: backticks dropped, lower case.
-  static std::string name(std::string_view w) {
-    std::string out;
-    for (char c : w)
-      if (c != '`') out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-    return out;
-  }
 
  private:
   void skip_space() {
@@ -261,7 +267,7 @@ class sql_words {
 
 /// A variable's name without its optional system.session. qualifier.
 std::string variable_name(std::string_view w) {
-  auto n = sql_words::name(w);
+  auto n = name_key(w);
   const auto dot = n.rfind('.');
   return dot == std::string::npos ? n : n.substr(dot + 1);
 }
@@ -289,7 +295,7 @@ journal_verdict classify_create(sql_words& w) {
     w.take("NOT");
     w.take("EXISTS");
   }
-  const auto name = sql_words::name(w.next());
+  const auto name = name_key(w.next());
   if (name.empty()) return {};
   return record({(view ? "view:" : "func:") + name});
 }
@@ -303,7 +309,7 @@ journal_verdict classify_drop(sql_words& w) {
   if (!prefix) return {};
   if (w.take("IF")) w.take("EXISTS");
   const auto word = w.next();
-  const auto name = std::string(prefix) == "var:" ? variable_name(word) : sql_words::name(word);
+  const auto name = std::string(prefix) == "var:" ? variable_name(word) : name_key(word);
   if (name.empty()) return {};
   return forget({prefix + name});
 }

@@ -649,6 +649,20 @@ def scg_beside_own_server(tag: str, name: str, on_backend_lost: dict):
     return own, lab.Scg(cfg, work)
 
 
+def backend_down(scg, name: str) -> bool:
+    """scg's admin API lists backend `name` unhealthy."""
+    return not next(b for b in scg.get("/api/v1/backends")["backends"] if b["name"] == name)["healthy"]
+
+
+def stop_all(sessions) -> None:
+    """Stops every session, whatever state its server is in."""
+    for x in sessions:
+        try:
+            x.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def sessions_on_victim(scg, n: int):
     """`n` new sessions through scg, each used once; those placed on "victim"."""
     sessions = [connect(scg.url()) for _ in range(n)]
@@ -668,9 +682,7 @@ def backend_killed():
     lab.kill_tree(victim["pid"])
     t_kill = time.monotonic()
 
-    def victim_down():
-        return not next(b for b in scg.get("/api/v1/backends")["backends"] if b["name"] == "victim")["healthy"]
-    lab.wait_for("scg to see the killed server down", victim_down, 10, 0.1)
+    lab.wait_for("scg to see the killed server down", lambda: backend_down(scg, "victim"), 10, 0.1)
     check(True, f"scg sees the killed server down after {time.monotonic() - t_kill:.1f} s")
     fresh = [connect(scg.url()) for _ in range(3)]
     for s in fresh:
@@ -803,11 +815,7 @@ def backend_replayed():
     for p in holders:
         p.kill()
         p.wait(10)
-    for x in sessions:
-        try:
-            x.stop()
-        except Exception:  # noqa: BLE001
-            pass
+    stop_all(sessions)
 
 
 @scenario
@@ -837,9 +845,7 @@ def backend_oom_replayed():
     # Between the SparkContext's stop and its port closing (a few seconds) the
     # server still answers, with errors: scg does not yet count that as down,
     # so the bystander waits for scg to see the server down.
-    def victim_down():
-        return not next(b for b in scg.get("/api/v1/backends")["backends"] if b["name"] == "victim")["healthy"]
-    lab.wait_for("scg to see the out-of-memory server down", victim_down, 60, 0.1)
+    lab.wait_for("scg to see the out-of-memory server down", lambda: backend_down(scg, "victim"), 60, 0.1)
     check(True, f"scg sees it down {time.monotonic() - t0:.1f} s after the culprit's query started")
     after = (bystander.conf.get("spark.sql.shuffle.partitions"), bystander.sql("SELECT sum(f) FROM v_by").collect()[0][0])
     check(after == before, f"the bystander's state after the driver died: {after}")
@@ -847,11 +853,7 @@ def backend_oom_replayed():
     check(rows[bystander.client._session_id] == "spark43a", "the bystander now lives on the other server")
     check(scg.metric("scg_replays_total") >= 1, "scg_replays_total counts the replay")
     lab.kill_tree(victim["pid"])
-    for x in sessions:
-        try:
-            x.stop()
-        except Exception:  # noqa: BLE001
-            pass
+    stop_all(sessions)
 
 
 @scenario
@@ -1227,9 +1229,7 @@ def driver_pause():
     paused = time.monotonic()
     pause_secs = 35
     try:
-        def frozen_down():
-            return not next(b for b in scg.get("/api/v1/backends")["backends"] if b["name"] == "frozen")["healthy"]
-        lab.wait_for("scg to see the frozen server unhealthy", frozen_down, 10, 0.1)
+        lab.wait_for("scg to see the frozen server unhealthy", lambda: backend_down(scg, "frozen"), 10, 0.1)
         fresh = connect(scg.url())
         check(fresh.range(2).count() == 2, "a new session during the pause works")
         rows = {r["session_id"]: r["backend"] for r in sessions_listing(scg)}
