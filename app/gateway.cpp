@@ -369,7 +369,10 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   fx.auth = authenticator.get();
   fx.limiter = &limiter;
   fx.backend_tokens = std::move(found.backend_tokens);
-  net::configure(fx, cfg);
+  if (auto wrong = net::configure(fx, cfg); !wrong.empty()) {
+    log->error("startup_failed reason=\"{}\"", wrong);
+    return 1;
+  }
   // Cluster-wide limits: each replica enforces its share, 1 / live members.
   auto on_members = [&fx, &limiter](std::size_t live) {
     const double share = 1.0 / static_cast<double>(std::max<std::size_t>(live, 1));

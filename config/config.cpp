@@ -347,7 +347,10 @@ gateway parse_gateway(const YAML::Node& root) {
                      {{"after_secs", integer(g.on_backend_lost.after_secs, 0)},
                       {"action", choice(g.on_backend_lost.action, "action", lost_action_names)},
                       {"max_journal_kib", integer(g.on_backend_lost.max_journal_kib, 1, 1 << 20)},
-                      {"max_journal_total_mib", integer(g.on_backend_lost.max_journal_total_mib, 1, 1 << 20)}});
+                      {"max_journal_total_mib", integer(g.on_backend_lost.max_journal_total_mib, 1, 1 << 20)},
+                      {"spool_dir", text(g.on_backend_lost.spool_dir)},
+                      {"max_artifacts_mib", integer(g.on_backend_lost.max_artifacts_mib, 1, 1 << 20)},
+                      {"max_spool_mib", integer(g.on_backend_lost.max_spool_mib, 1, 1 << 24)}});
        })},
       {"shutdown", section([&](const YAML::Node& n, const std::string& path) {
          read_fields(n, path, {{"deadline_secs", integer(g.shutdown.deadline_secs, 0)}});

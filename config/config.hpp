@@ -145,6 +145,9 @@ struct on_backend_lost {
   lost_action action = lost_action::rebind;
   int max_journal_kib = 1024;        ///< replay: one session's journal; past it the session is unreplayable
   int max_journal_total_mib = 256;   ///< replay: every journal this replica holds
+  std::string spool_dir;             ///< replay: where artifacts are spooled ("": $TMPDIR or /tmp)
+  int max_artifacts_mib = 256;       ///< replay: one session's spooled artifacts; past it, unreplayable
+  int max_spool_mib = 2048;          ///< replay: every spooled artifact of this replica, on disk
 };
 
 /// HTTP/2 PING on connections that have gone quiet, both sides: a peer that

@@ -9,20 +9,46 @@
 namespace scg::net {
 
 void call_journal::first_message(const forward_context& fx, const call_facts& facts, message_reader& body) {
-  if (!fx.journal || !body.readable()) return;
+  if (!fx.journal) return;
+  if (facts.kind == rpc::add_artifacts) {
+    if (facts.fields.session_id.empty() || fx.journal->why_not(facts.key) != unreplayable::none) return;
+    if (!fx.journal->spool()) {
+      verdict_.what = journal_verdict::kind::unreplayable;
+      verdict_.why = unreplayable::spool_failed;
+      return;
+    }
+    writer_ = fx.journal->spool()->start(facts.key);
+    return spool(body);
+  }
+  if (!body.readable()) return;
   verdict_ = classify_request(facts.kind, body.view());
   if (verdict_.what == journal_verdict::kind::record || verdict_.what == journal_verdict::kind::forget)
     request_ = journal_form(body.view());
+}
+
+void call_journal::spool(message_reader& body) {
+  if (!body.readable()) return writer_->fail(unreplayable::spool_failed);  // not inflatable: its server will say
+  const auto form = artifact_form(body.view());
+  for (auto& name : artifact_names(form)) artifacts_.push_back("artifact:" + name);
+  writer_->append(form);
 }
 
 void call_journal::on_success(const forward_context& fx, const call_facts& facts) {
   if (!fx.journal || facts.fields.session_id.empty()) return;
   if (facts.kind == rpc::release_session) return fx.journal->forget(facts.key);
   if (facts.kind == rpc::add_artifacts) {
+    if (!writer_) return fx.journal->record(facts.key, verdict_, facts.kind, {});
     journal_verdict v;
-    v.what = journal_verdict::kind::unreplayable;
-    v.why = unreplayable::artifacts;
-    return fx.journal->record(facts.key, v, facts.kind, {});
+    auto spooled = writer_->commit();
+    if (!spooled) {
+      v.what = journal_verdict::kind::unreplayable;
+      v.why = writer_->failed();
+    } else if (!artifacts_.empty()) {
+      v.what = journal_verdict::kind::record;
+      v.names = std::move(artifacts_);
+    }
+    writer_.reset();
+    return fx.journal->record(facts.key, v, facts.kind, {}, std::move(spooled));
   }
   fx.journal->record(facts.key, verdict_, facts.kind, std::move(request_));
 }

@@ -11,6 +11,8 @@
 //                   are translated: the client's observed id into its new
 //                   server's in requests, the server's back into the one the
 //                   client first observed in responses, in place
+//   request stream  call_journal::spool: AddArtifacts' messages are written
+//                   to the spool (net/artifact_spool.hpp) as they pass
 //   end             call_journal::on_success: the request joins the journal
 //                   (only once it succeeded); ReleaseSession drops it
 //
@@ -18,9 +20,12 @@
 // request that changes nothing costs the read of its command's kind.
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "net/artifact_spool.hpp"
 #include "net/call_policies.hpp"
 #include "net/session_journal.hpp"
 
@@ -28,9 +33,13 @@ namespace scg::net {
 
 class call_journal {
  public:
-  /// At the first message (after the user rewrite): the request's verdict,
-  /// and its journal form when it is to be recorded.
+  /// At the first message (after the user rewrite, once the session's key
+  /// is known): the request's verdict, and its journal form when it is to be
+  /// recorded. An AddArtifacts call starts spooling.
   void first_message(const forward_context& fx, const call_facts& facts, message_reader& body);
+  /// AddArtifacts: its request messages are written to the spool as they pass (read whole).
+  bool spooling() const { return writer_ != nullptr; }
+  void spool(message_reader& body);
   /// The backend answered OK.
   void on_success(const forward_context& fx, const call_facts& facts);
 
@@ -47,6 +56,8 @@ class call_journal {
   journal_verdict verdict_;
   std::string request_;  // journal_form, for record and forget
   std::optional<session_ids> ids_;
+  std::unique_ptr<artifact_spool::writer> writer_;  // AddArtifacts of a replayable session
+  std::vector<std::string> artifacts_;               // the names it adds
 };
 
 /// The session of `facts` moved from its lost backend `lost` to `to`: opens

@@ -7,6 +7,7 @@
 #include "core/tracing.hpp"
 #include "core/usage.hpp"
 #include "net/h2/grpc_frames.hpp"
+#include "net/artifact_spool.hpp"
 #include "net/session_journal.hpp"
 
 namespace scg::net {
@@ -111,14 +112,23 @@ backend_request::backend_request(const h2::header_list& metadata, const std::str
   if (deadline) headers_.push_back({"grpc-timeout", timeout_});
 }
 
-void configure(forward_context& fx, const config::gateway& cfg) {
+std::string configure(forward_context& fx, const config::gateway& cfg) {
   fx.limits = cfg.limits;
   fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
   fx.on_lost = cfg.on_backend_lost.action;
-  if (fx.on_lost == config::lost_action::replay)
+  if (fx.on_lost == config::lost_action::replay) {
+    const auto& lost = cfg.on_backend_lost;
+    std::string error;
+    auto spool = artifact_spool::open(lost.spool_dir,
+                                      {static_cast<std::size_t>(lost.max_artifacts_mib) << 20,
+                                       static_cast<std::size_t>(lost.max_spool_mib) << 20},
+                                      error);
+    if (!spool) return "on_backend_lost.spool_dir: " + error;
     fx.journal = std::make_shared<journal_store>(
-        journal_limits{static_cast<std::size_t>(cfg.on_backend_lost.max_journal_kib) << 10,
-                       static_cast<std::size_t>(cfg.on_backend_lost.max_journal_total_mib) << 20});
+        journal_limits{static_cast<std::size_t>(lost.max_journal_kib) << 10,
+                       static_cast<std::size_t>(lost.max_journal_total_mib) << 20},
+        std::move(spool));
+  }
   for (const auto& [tenant, names] : cfg.security.tenants.pools) fx.pools[tenant] = names;
   fx.qualify_users = cfg.security.tenants.qualify_users;
   fx.default_tenant = cfg.security.tenants.default_tenant;
@@ -126,6 +136,7 @@ void configure(forward_context& fx, const config::gateway& cfg) {
                                   static_cast<std::size_t>(cfg.accounting.max_users),
                                   static_cast<std::size_t>(cfg.accounting.prometheus_users)});
   fx.usage = &core::global_usage();
+  return {};
 }
 
 }  // namespace scg::net

@@ -205,8 +205,9 @@ class forward_call final : public h2::server_stream,
     bool begin(const h2::message_header& h) {
       core::bump(global_net_stats().forward_request_bytes_total, h.length);
       // Read whole: the first request, before routing; every request when
-      // the verified user is written into it.
-      return c.phase_ < phase::connecting || c.users_.active() || c.journal_.translating();
+      // the verified user is written into it, or (replay) its ids are
+      // translated or it is spooled.
+      return c.phase_ < phase::connecting || c.users_.active() || c.journal_.translating() || c.journal_.spooling();
     }
     void body(const slice&) {}
     void end() {}
@@ -223,6 +224,10 @@ class forward_call final : public h2::server_stream,
       message_reader body(msg, request_encoding_, fx_.limits.max_message_bytes);
       if (!user_rewrite::apply(msg, body, facts_.spark_user))
         return finish_local(reason::invalid_message, not_valid_text(facts_.kind));
+    }
+    if (journal_.spooling()) {
+      message_reader body(msg, request_encoding_, fx_.limits.max_message_bytes);
+      journal_.spool(body);
     }
     if (journal_.translating()) journal_.request(facts_.kind, msg);
     if (up_stream_ > 0) {
@@ -248,13 +253,13 @@ class forward_call final : public h2::server_stream,
     if (users_.active() && has_message && !user_rewrite::apply(first_, *body, facts_.spark_user))
       return finish_local(reason::invalid_message, not_valid_text(facts_.kind));
     has_first_message_ = has_message;
-    if (has_message) journal_.first_message(fx_, facts_, *body);
     // The first message (an ExecutePlan) asks for a reattachable execution; true without a message.
     auto reattachable = [&] { return !body || (body->readable() && asks_reattachable(body->text())); };
     if (auto no = execution_.admit(fx_, facts_.kind, facts_.fields, facts_.identity.tenant, facts_.request_id,
                                    reattachable))
       return finish_local(no->reason, no->message, no->retry_after);
     facts_.key = actors::session_key{facts_.identity.tenant, facts_.fields.user_id, facts_.fields.session_id}.str();
+    if (has_message) journal_.first_message(fx_, facts_, *body);
     route_by_tables(false);
   }
 

@@ -79,7 +79,9 @@ void abandon_call(h2::server_stream& call, const std::string& why);
 
 /// The settings `fx` takes from the config file: limits, tenant pools and
 /// names, and the usage ledger's bounds (core/usage.hpp), which it then
-/// uses. Defined in net/call_routing.cpp.
-void configure(forward_context& fx, const config::gateway& cfg);
+/// uses. "" when done, else what is wrong (the artifact spool of
+/// on_backend_lost.action: replay cannot be made). Defined in
+/// net/call_routing.cpp.
+std::string configure(forward_context& fx, const config::gateway& cfg);
 
 }  // namespace scg::net

@@ -41,7 +41,8 @@ namespace scg::net {
   X(client_connections, "Client connections open (TLS handshakes included)") \
   X(buffered_bytes, "Bytes of read buffers and queued call data the workers hold (bounded by limits.buffer_mib)") \
   X(journal_bytes, "Bytes of session journals this replica holds (on_backend_lost.max_journal_total_mib)") \
-  X(journal_sessions, "Sessions with a journal (or an unreplayable mark) on this replica")
+  X(journal_sessions, "Sessions with a journal (or an unreplayable mark) on this replica") \
+  X(spool_bytes, "Bytes of artifacts spooled to disk for replay (on_backend_lost.max_spool_mib)")
 
 struct net_stats {
   SCG_NET_COUNTERS(SCG_STAT_FIELD)
@@ -66,7 +67,7 @@ struct net_stats {
   }
 
   /// Sessions marked unreplayable, by reason (net/session_journal.hpp's enum order).
-  std::array<std::atomic<std::int64_t>, 9> unreplayable_sessions{};
+  std::array<std::atomic<std::int64_t>, 11> unreplayable_sessions{};
   /// Replay durations (scg_replay_duration_seconds).
   core::histogram<duration_bounds_us.size()> replay_durations{};
 

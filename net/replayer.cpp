@@ -6,9 +6,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "core/protowire.hpp"
+#include "net/artifact_spool.hpp"
 #include "net/wire.hpp"
 
 namespace scg::net {
@@ -17,6 +19,7 @@ namespace {
 
 const std::string config_method = "/spark.connect.SparkConnectService/Config";
 const std::string execute_method = "/spark.connect.SparkConnectService/ExecutePlan";
+const std::string artifacts_method = "/spark.connect.SparkConnectService/AddArtifacts";
 
 std::string flat(const grpc::ByteBuffer& b) {
   std::vector<grpc::Slice> slices;
@@ -69,6 +72,73 @@ class plan_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
  private:
   grpc::ClientContext ctx_;
   grpc::ByteBuffer request_, response_;
+  std::function<void(grpc::Status)> done_;
+};
+
+/// A spooled AddArtifacts call sent again, one message at a time from its
+/// file; `done` gets the status, or what its answer or file says is wrong.
+class upload_call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  upload_call(const spooled_call& spooled, std::function<void(grpc::Status)> done)
+      : file_(spooled.path()), done_(std::move(done)) {}
+  grpc::ClientContext& context() { return ctx_; }
+  void start(grpc::GenericStub& stub) {
+    stub.PrepareBidiStreamingCall(&ctx_, artifacts_method, grpc::StubOptions(), this);
+    StartRead(&response_);
+    write_next();
+    StartCall();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) write_next();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) answer_ = flat(response_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    auto done = std::move(done_);
+    auto status = s;
+    if (s.ok() && !problem_.empty()) status = grpc::Status(grpc::StatusCode::DATA_LOSS, problem_);
+    if (status.ok()) status = check_answer();
+    delete this;
+    done(status);
+  }
+
+ private:
+  void write_next() {
+    std::string message;
+    if (!file_.next(message)) {
+      if (!file_.error().empty()) problem_ = "the spool: " + file_.error();
+      StartWritesDone();
+      return;
+    }
+    next_ = buffer_of(message);
+    StartWrite(&next_);
+  }
+  /// AddArtifactsResponse.artifacts (1): each ArtifactSummary's is_crc_successful (2).
+  grpc::Status check_answer() const {
+    namespace pw = core::protowire;
+    std::string_view in = answer_;
+    pw::field f;
+    while (pw::next(in, f)) {
+      if (f.number != 1 || f.type != 2) continue;
+      std::string_view summary = f.payload, name;
+      bool crc_ok = false;
+      pw::field g;
+      while (pw::next(summary, g)) {
+        if (g.number == 1 && g.type == 2) name = g.payload;
+        if (g.number == 2 && g.type == 0) crc_ok = g.varint != 0;
+      }
+      if (!crc_ok)
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, "the server found artifact " + std::string(name) +
+                                                             " damaged (is_crc_successful false)");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::ClientContext ctx_;
+  artifact_spool::reader file_;
+  grpc::ByteBuffer next_, response_;
+  std::string answer_, problem_;
   std::function<void(grpc::Status)> done_;
 };
 
@@ -128,6 +198,12 @@ struct replay : std::enable_shared_from_this<replay> {
                               [c, after](grpc::Status s) { after(s); });
       return;
     }
+    if (e.kind == rpc::add_artifacts) {
+      if (!e.spooled) return after(grpc::Status(grpc::StatusCode::INTERNAL, "its spooled messages are gone"));
+      auto* call = new upload_call(*e.spooled, after);
+      prepare(call->context());
+      return call->start(*backend.stub);
+    }
     auto* call = new plan_call(e.request, after);
     prepare(call->context());
     call->start(*backend.stub);
@@ -161,6 +237,9 @@ std::string describe(const journal_entry& e) {
 }
 
 void replay_journal(actors::backend_state& backend, replay_request request, std::function<void(replay_outcome)> done) {
+  // Artifacts first: a view or function may need them (a cached local relation, a module).
+  std::stable_partition(request.entries.begin(), request.entries.end(),
+                        [](const journal_entry& e) { return e.kind == rpc::add_artifacts; });
   std::make_shared<replay>(backend, std::move(request), std::move(done))->open();
 }
 

@@ -323,10 +323,12 @@ std::string_view unreplayable_name(unreplayable u) {
     case unreplayable::ml_model: return "ml_model";
     case unreplayable::streaming: return "streaming";
     case unreplayable::global_view: return "global_view";
-    case unreplayable::artifacts: return "artifacts";
     case unreplayable::sql_script: return "sql_script";
     case unreplayable::too_large: return "too_large";
     case unreplayable::store_full: return "store_full";
+    case unreplayable::artifacts_too_large: return "artifacts_too_large";
+    case unreplayable::spool_full: return "spool_full";
+    case unreplayable::spool_failed: return "spool_failed";
   }
   return "none";
 }
@@ -339,10 +341,12 @@ std::string_view unreplayable_text(unreplayable u) {
     case unreplayable::ml_model: return "it ran an ML command, whose models lived in that server's cache";
     case unreplayable::streaming: return "it started a streaming query";
     case unreplayable::global_view: return "it created a global temp view, which belongs to the server";
-    case unreplayable::artifacts: return "it added artifacts (AddArtifacts), which scg does not journal yet";
     case unreplayable::sql_script: return "it ran a SQL script, whose statements scg does not read";
     case unreplayable::too_large: return "its journal outgrew on_backend_lost.max_journal_kib";
     case unreplayable::store_full: return "this replica's journals reached on_backend_lost.max_journal_total_mib";
+    case unreplayable::artifacts_too_large: return "its artifacts outgrew on_backend_lost.max_artifacts_mib";
+    case unreplayable::spool_full: return "this replica's artifact spool reached on_backend_lost.max_spool_mib";
+    case unreplayable::spool_failed: return "its artifacts could not be written to this replica's spool";
   }
   return "";
 }
@@ -396,7 +400,7 @@ journal_verdict classify_request(rpc kind, const segments& body) {
   return kind == rpc::config ? classify_config(r) : classify_plan(r);
 }
 
-std::string journal_form(const segments& body) {
+std::string journal_form(const segments& body, std::uint32_t last_field) {
   pw::reader r(body.data(), body.size());
   std::string out, payload, reason;
   while (r.left() > 0) {
@@ -404,7 +408,7 @@ std::string journal_form(const segments& body) {
     if (pw::read_field(r, f, reason, 0, nullptr) != pw::met::field) break;
     if (f.type != 2) continue;
     if (f.value > r.left()) break;
-    if (f.number >= 1 && f.number <= 4) {
+    if (f.number >= 1 && f.number <= last_field) {
       r.copy(f.value, payload);
       pw::put_bytes(out, f.number, payload);
     } else {
@@ -440,7 +444,8 @@ void session_journal::drop_names(const std::vector<std::string>& names) {
                  entries_.end());
 }
 
-void session_journal::apply(const journal_verdict& v, rpc kind, std::string request) {
+void session_journal::apply(const journal_verdict& v, rpc kind, std::string request,
+                            std::shared_ptr<const spooled_call> spooled) {
   if (why_ != unreplayable::none) return;
   switch (v.what) {
     case journal_verdict::kind::none: return;
@@ -460,7 +465,7 @@ void session_journal::apply(const journal_verdict& v, rpc kind, std::string requ
     }
   }
   bytes_ += request.size();
-  entries_.push_back({kind, v.names, std::move(request), v.optional});
+  entries_.push_back({kind, v.names, std::move(request), v.optional, std::move(spooled)});
 }
 
 void session_journal::refuse(unreplayable why) {
@@ -470,14 +475,15 @@ void session_journal::refuse(unreplayable why) {
   bytes_ = 0;
 }
 
-void journal_store::record(const std::string& key, const journal_verdict& v, rpc kind, std::string request) {
+void journal_store::record(const std::string& key, const journal_verdict& v, rpc kind, std::string request,
+                           std::shared_ptr<const spooled_call> spooled) {
   if (v.what == journal_verdict::kind::none) return;
   std::lock_guard lock{mu_};
   if (v.what == journal_verdict::kind::forget && !sessions_.count(key)) return;
   auto& j = sessions_[key].journal;
   const auto before = j.bytes();
   const auto was = j.why_not();
-  j.apply(v, kind, std::move(request));
+  j.apply(v, kind, std::move(request), std::move(spooled));
   bytes_ = bytes_ - before + j.bytes();
   if (j.bytes() > limits_.max_session_bytes || bytes_ > limits_.max_total_bytes) {
     bytes_ -= j.bytes();

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,12 +38,14 @@ enum class unreplayable : std::uint8_t {
   ml_model,     ///< an ML command: models live in the server's cache
   streaming,    ///< a streaming query was started
   global_view,  ///< a global temp view (shared by every session of its server)
-  artifacts,    ///< AddArtifacts: artifacts are not journaled yet
   sql_script,   ///< a SQL script (BEGIN … END): its statements are not read
   too_large,    ///< the journal outgrew on_backend_lost.max_journal_kib
   store_full,   ///< this replica's journals reached on_backend_lost.max_journal_total_mib
+  artifacts_too_large,  ///< its spooled artifacts outgrew on_backend_lost.max_artifacts_mib
+  spool_full,           ///< the spool reached on_backend_lost.max_spool_mib
+  spool_failed,         ///< the spool could not be written (net/artifact_spool.hpp)
 };
-inline constexpr std::size_t unreplayable_count = 9;
+inline constexpr std::size_t unreplayable_count = 11;
 /// snake_case name of `u` (a metric label, the admin listing's reason).
 std::string_view unreplayable_name(unreplayable u);
 /// What `u` means, for an error a client reads.
@@ -73,14 +76,19 @@ journal_verdict classify_sql(std::string_view sql);
 
 /// The request as it is journaled and replayed: session_id 1, user_context 2,
 /// plan or operation 3 and client_type 4 (both requests number them alike);
-/// no operation id, options, tags or observed server-side id.
-std::string journal_form(const segments& body);
+/// no operation id, options, tags or observed server-side id. (Its
+/// length-delimited fields 1 to `last_field`.)
+std::string journal_form(const segments& body, std::uint32_t last_field = 4);
+
+class spooled_call;
+class artifact_spool;
 
 struct journal_entry {
   rpc kind = rpc::unknown;
   std::vector<std::string> names;
-  std::string request;  ///< journal_form
+  std::string request;  ///< journal_form; empty for AddArtifacts, whose messages are spooled
   bool optional = false;
+  std::shared_ptr<const spooled_call> spooled;  ///< AddArtifacts: its messages on disk
 };
 
 /// One session's journal.
@@ -89,7 +97,8 @@ class session_journal {
   /// A request that succeeded, with its verdict (its request in journal_form
   /// for `record`). Entries that defined only names `v` defines again are
   /// dropped: the new one comes last.
-  void apply(const journal_verdict& v, rpc kind, std::string request);
+  void apply(const journal_verdict& v, rpc kind, std::string request,
+             std::shared_ptr<const spooled_call> spooled = nullptr);
   const std::vector<journal_entry>& entries() const { return entries_; }
   std::size_t bytes() const { return bytes_; }
   unreplayable why_not() const { return why_; }
@@ -128,10 +137,15 @@ struct journal_limits {
 /// that was never replayed costs a lookup of one atomic).
 class journal_store {
  public:
-  explicit journal_store(journal_limits limits) : limits_(limits) {}
+  /// `spool` keeps the sessions' artifacts (nullptr: it could not be made,
+  /// and a session that adds artifacts is unreplayable).
+  journal_store(journal_limits limits, std::shared_ptr<artifact_spool> spool)
+      : limits_(limits), spool_(std::move(spool)) {}
+  const std::shared_ptr<artifact_spool>& spool() const { return spool_; }
 
   /// A request of session `key` succeeded with verdict `v`.
-  void record(const std::string& key, const journal_verdict& v, rpc kind, std::string request);
+  void record(const std::string& key, const journal_verdict& v, rpc kind, std::string request,
+              std::shared_ptr<const spooled_call> spooled = nullptr);
   /// The session was released: its journal goes.
   void forget(const std::string& key);
   journal_snapshot snapshot(const std::string& key) const;
@@ -159,6 +173,7 @@ class journal_store {
     std::optional<session_ids> ids;
   };
   const journal_limits limits_;
+  const std::shared_ptr<artifact_spool> spool_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, session> sessions_;
   std::unordered_map<std::string, std::vector<std::function<void()>>> replaying_;

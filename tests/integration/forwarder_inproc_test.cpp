@@ -320,7 +320,7 @@ struct inproc_scg {
     fx.auth = secrets.authenticator.get();
     fx.limiter = &limiter;
     fx.backend_tokens = secrets.backend_tokens;
-    net::configure(fx, cfg);  // as app/gateway.cpp does
+    REQUIRE(net::configure(fx, cfg).empty());  // as app/gateway.cpp does
     router = std::make_unique<actors::router>(*sys, cfg, table, backends, fx.backend_tokens.own_calls());
     fx.backends = backends;
     fx.table = table;

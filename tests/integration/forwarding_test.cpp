@@ -199,7 +199,7 @@ TEST_CASE("every known rpc passes with its metadata, trailers and session ids in
       sc::AddArtifactsRequest req;
       req.set_session_id(session);
       *req.mutable_user_context() = user("alice");
-      req.set_batch(std::string(1000 + i, 'x'));
+      req.set_batch(artifact_batch({{"jars/j" + std::to_string(i) + ".jar", std::string(1000 + i, 'x')}}));
       REQUIRE(writer->Write(req));
     }
     writer->WritesDone();

@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,7 @@
 #include <thread>
 
 #include "core/ids.hpp"
+#include "core/protowire.hpp"
 #include "core/rendezvous.hpp"
 
 namespace scg::test {
@@ -468,6 +470,20 @@ std::string uuid_of(std::string_view name) {
 }
 
 std::string random_uuid() { return core::new_uuid(); }
+
+std::string artifact_batch(const std::vector<std::pair<std::string, std::string>>& artifacts) {
+  namespace pw = core::protowire;
+  std::string batch;
+  for (const auto& [name, data] : artifacts) {
+    std::string chunk, one;
+    pw::put_bytes(chunk, 1, data);
+    pw::put_uint(chunk, 2, ::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    pw::put_bytes(one, 1, name);
+    pw::put_bytes(one, 2, chunk);
+    pw::put_bytes(batch, 1, one);
+  }
+  return batch;
+}
 
 spark::connect::ExecutePlanRequest execute(const std::string& session, const std::string& user_id,
                                            const std::string& op_id, reattachable mode) {

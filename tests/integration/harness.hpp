@@ -434,6 +434,10 @@ std::string uuid_of(std::string_view name);
 /// A fresh random version-4 UUID.
 std::string random_uuid();
 
+/// AddArtifactsRequest.batch as Spark reads it: one SingleChunkArtifact per
+/// (name, data), each with its data's CRC-32.
+std::string artifact_batch(const std::vector<std::pair<std::string, std::string>>& artifacts);
+
 /// Whether an ExecutePlan asks for a reattachable execution.
 enum class reattachable : bool { no = false, yes = true };
 

@@ -5,8 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
+#include <zlib.h>
+
+#include "core/protowire.hpp"
 #include "tests/integration/harness.hpp"
 
 namespace sc = spark::connect;
@@ -81,13 +85,67 @@ struct replay_env {
   std::unique_ptr<fake_spark> doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
   fake_spark spare = start_fake(dir, "fake-spare");
   gateway gw;
-  explicit replay_env(const std::string& tag)
+  /// `lost_extra` is added to on_backend_lost; the spool lives in the test's directory.
+  explicit replay_env(const std::string& tag, const std::string& lost_extra = "")
       : gw(start_gateway(dir,
                          gateway_yaml({doomed.get(), &spare},
-                                      "on_backend_lost: { after_secs: 2, action: replay }\n"
+                                      "on_backend_lost: { after_secs: 2, action: replay, spool_dir: " + spool() +
+                                          lost_extra + " }\n"
                                       "health: { interval_ms: 200, timeout_ms: 300, failures: 1 }\n"),
                          tag)) {}
+  std::string spool() const { return dir.file("spool"); }
 };
+
+/// An AddArtifacts call of `session` (user uma) through the gateway, one
+/// request message per payload (`batch` 3, `begin_chunk` 4 or `chunk` 5).
+grpc::Status upload(int port, const std::string& session, const std::vector<std::pair<int, std::string>>& payloads,
+                    const std::string& observed = "") {
+  auto stub = stub_to(port);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  sc::AddArtifactsResponse resp;
+  auto writer = stub->AddArtifacts(&ctx, &resp);
+  for (const auto& [field, payload] : payloads) {
+    sc::AddArtifactsRequest req;
+    req.set_session_id(session);
+    *req.mutable_user_context() = user("uma");
+    if (!observed.empty()) req.set_client_observed_server_side_session_id(observed);
+    if (field == 3) req.set_batch(payload);
+    if (field == 4) req.set_begin_chunk(payload);
+    if (field == 5) req.set_chunk(payload);
+    if (!writer->Write(req)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+/// ArtifactStatus of `names` for `session`: name → exists; the backend that answered in "@backend".
+std::map<std::string, bool> artifact_status(int port, const std::string& session, const std::string& observed,
+                                            std::initializer_list<const char*> names) {
+  auto stub = stub_to(port);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  sc::ArtifactStatusesRequest req;
+  req.set_session_id(session);
+  *req.mutable_user_context() = user("uma");
+  req.set_client_observed_server_side_session_id(observed);
+  for (const auto* n : names) req.add_names(n);
+  sc::ArtifactStatusesResponse resp;
+  const auto status = stub->ArtifactStatus(&ctx, req, &resp);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  CHECK(resp.server_side_session_id() == observed);
+  std::map<std::string, bool> out;
+  for (const auto& [name, st] : resp.statuses()) out[name] = st.exists();
+  out["@" + header(ctx, "x-fake-backend")] = true;
+  return out;
+}
+
+std::size_t spooled_files(const std::string& parent) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(parent)) n += e.is_regular_file();
+  return n;
+}
 
 }  // namespace
 
@@ -215,4 +273,64 @@ TEST_CASE("a session that cannot be replayed is told why, and one past its journ
   auto again = config_call(gw.grpc_port, s, keys({"a"}), observed);
   CHECK(again.backend == "fake-spare");
   CHECK(again.status.error_message().find("SESSION_CHANGED") != std::string::npos);
+}
+
+TEST_CASE("a lost server's session gets its artifacts back first; the spool is bounded and emptied at release",
+          "[integration][replay]") {
+  replay_env env("replay-art", ", max_artifacts_mib: 1");
+  auto& gw = env.gw;
+  const auto spool = env.spool();
+  const auto s = session_on(gw, "fake-doomed", "artifacts-");
+  const auto big = session_on(gw, "fake-doomed", "artifacts-big-");
+  REQUIRE(!s.empty());
+  REQUIRE(!big.empty());
+  const auto observed = config_call(gw.grpc_port, s, keys({"a"})).server_side;
+  REQUIRE(observed.size() == 36);
+
+  // A batch of two, a chunked artifact in three messages, then one of the first two again.
+  auto chunk = [](const std::string& data) {
+    std::string out;
+    scg::core::protowire::put_bytes(out, 1, data);
+    scg::core::protowire::put_uint(out, 2, ::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+    return out;
+  };
+  std::string begin;
+  scg::core::protowire::put_bytes(begin, 1, "cache/chunked");
+  scg::core::protowire::put_uint(begin, 2, 3 * 40000);
+  scg::core::protowire::put_uint(begin, 3, 3);
+  scg::core::protowire::put_bytes(begin, 4, chunk(std::string(40000, '1')));
+  REQUIRE(upload(gw.grpc_port, s, {{3, artifact_batch({{"cache/abc", "rows"}, {"pyfiles/m.py", "x = 1"}})}}, observed)
+              .ok());
+  REQUIRE(upload(gw.grpc_port, s, {{4, begin}, {5, chunk(std::string(40000, '2'))}, {5, chunk(std::string(40000, '3'))}},
+                 observed)
+              .ok());
+  REQUIRE(upload(gw.grpc_port, s, {{3, artifact_batch({{"pyfiles/m.py", "x = 1"}})}}, observed).ok());
+  CHECK(spooled_files(spool) == 3);
+  CHECK(metric_value(gw.admin_port, "scg_spool_bytes") > 120000);
+  // Over max_artifacts_mib: unreplayable, and nothing of it stays on disk.
+  REQUIRE(upload(gw.grpc_port, big, {{3, artifact_batch({{"cache/big", std::string(600 << 10, 'b')}})}}).ok());
+  REQUIRE(upload(gw.grpc_port, big, {{3, artifact_batch({{"cache/big2", std::string(600 << 10, 'b')}})}}).ok());
+  CHECK(metric_value(gw.admin_port, "scg_sessions_unreplayable{reason=\"artifacts_too_large\"}") == 1);
+  CHECK(spooled_files(spool) == 3);
+  CHECK(metric_value(gw.admin_port, "scg_spool_bytes") < 200000);
+
+  env.doomed.reset();  // SIGKILL
+  auto after = artifact_status(gw.grpc_port, s, observed, {"cache/abc", "cache/chunked", "cache/never"});
+  CHECK(after["@fake-spare"]);
+  CHECK(after["cache/abc"]);
+  CHECK(after["cache/chunked"]);
+  CHECK(!after["cache/never"]);
+  CHECK(metric_value(gw.admin_port, "scg_replays_total") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_replay_entries_total") == 3);
+
+  // Released: its files go.
+  auto stub = stub_to(gw.grpc_port);
+  grpc::ClientContext ctx;
+  sc::ReleaseSessionRequest rel;
+  rel.set_session_id(s);
+  *rel.mutable_user_context() = user("uma");
+  sc::ReleaseSessionResponse resp;
+  REQUIRE(stub->ReleaseSession(&ctx, rel, &resp).ok());
+  CHECK(spooled_files(spool) == 0);
+  CHECK(metric_value(gw.admin_port, "scg_spool_bytes") == 0);
 }

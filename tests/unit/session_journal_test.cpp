@@ -165,7 +165,7 @@ TEST_CASE("A later definition replaces an earlier one, and an undo removes it", 
 }
 
 TEST_CASE("The store bounds a session's journal and all of them", "[session_journal]") {
-  journal_store store({200, 450});
+  journal_store store({200, 450}, nullptr);
   auto rec = [&](const std::string& key, const std::string& bytes) {
     store.record(key, classify_request(rpc::execute_plan, seg(bytes)), rpc::execute_plan, journal_form(seg(bytes)));
   };
@@ -193,7 +193,7 @@ TEST_CASE("The store bounds a session's journal and all of them", "[session_jour
 }
 
 TEST_CASE("One replay per session runs, and the others wait for its end", "[session_journal]") {
-  journal_store store({});
+  journal_store store({}, nullptr);
   int woken = 0;
   CHECK(store.begin_replay("k", [&] { ++woken; }));
   CHECK(!store.begin_replay("k", [&] { ++woken; }));

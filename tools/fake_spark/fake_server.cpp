@@ -4,6 +4,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <grpcpp/grpcpp.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -318,8 +319,31 @@ class result_stream_reactor final : public result_writer {
 
 // ----------------------------------------------------------------- artifacts
 
-/// Reads an AddArtifacts upload to its end, then records one name per message:
-/// "msg-<i>-<payload bytes>", which ArtifactStatus later reports as existing.
+/// What one AddArtifacts request message's payload adds, read as Spark reads
+/// it (batch = 3: repeated SingleChunkArtifact{name = 1, data = 2};
+/// begin_chunk = 4: {name = 1, num_chunks = 3, initial_chunk = 4}; chunk = 5;
+/// an ArtifactChunk is {data = 1, crc = 2}).
+struct artifact_chunk {
+  bool ok = true;  // its crc is the CRC-32 of its data
+};
+
+artifact_chunk read_chunk(std::string_view chunk) {
+  namespace pw = scg::core::protowire;
+  std::string_view data;
+  std::uint64_t crc = 0;
+  pw::field f;
+  while (pw::next(chunk, f)) {
+    if (f.number == 1 && f.type == 2) data = f.payload;
+    if (f.number == 2 && f.type == 0) crc = f.varint;
+  }
+  const auto actual = ::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size()));
+  return {actual == crc};
+}
+
+/// Reads an AddArtifacts upload to its end, then adds its artifacts to the
+/// session: one summary per artifact of a batch, one per chunked artifact
+/// once its chunks are in, each with is_crc_successful. ArtifactStatus
+/// reports the `cache/` ones as existing (as Spark does: it looks only there).
 class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArtifactsRequest> {
  public:
   artifact_upload_reactor(fake_state& state, sc::AddArtifactsResponse& response)
@@ -332,23 +356,58 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
       finish_upload();
       return;
     }
-    if (names_.empty()) {
+    if (messages_++ == 0) {
       key_ = key_of(request_);
       observed_ = observed(request_);
     } else if (request_.user_context().user_id() != key_.user_id) {
       mixed_users_ = true;  // one upload, one session: a gateway must not let users differ
     }
-    const size_t bytes =
-        request_.batch().size() + request_.begin_chunk().size() + request_.chunk().size();
-    names_.push_back("msg-" + std::to_string(names_.size()) + "-" + std::to_string(bytes));
+    read_payload();
     StartRead(&request_);
   }
 
   void OnDone() override { delete this; }
 
  private:
+  void read_payload() {
+    namespace pw = scg::core::protowire;
+    pw::field f;
+    if (request_.has_batch()) {
+      std::string_view batch = request_.batch();
+      while (pw::next(batch, f)) {
+        if (f.number != 1 || f.type != 2) continue;
+        std::string_view one = f.payload, name;
+        bool crc_ok = false;
+        pw::field g;
+        while (pw::next(one, g)) {
+          if (g.number == 1 && g.type == 2) name = g.payload;
+          if (g.number == 2 && g.type == 2) crc_ok = read_chunk(g.payload).ok;
+        }
+        done_.push_back({std::string(name), crc_ok});
+      }
+    } else if (request_.has_begin_chunk()) {
+      std::string_view begin = request_.begin_chunk();
+      chunked_ = {};
+      chunks_left_ = 0;
+      while (pw::next(begin, f)) {
+        if (f.number == 1 && f.type == 2) chunked_.name = f.payload;
+        if (f.number == 3 && f.type == 0) chunks_left_ = f.varint;
+        if (f.number == 4 && f.type == 2) chunked_.crc_ok = read_chunk(f.payload).ok;
+      }
+      chunk_done();
+    } else if (request_.has_chunk() && chunks_left_ > 0) {
+      chunked_.crc_ok = read_chunk(request_.chunk()).ok && chunked_.crc_ok;
+      chunk_done();
+    }
+  }
+
+  void chunk_done() {
+    if (chunks_left_ > 0) --chunks_left_;
+    if (chunks_left_ == 0) done_.push_back(chunked_);
+  }
+
   void finish_upload() {
-    if (names_.empty()) {
+    if (messages_ == 0) {
       Finish(grpc::Status::OK);
       return;
     }
@@ -361,7 +420,8 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
     auto error =
         state_.with_session(key_, observed_, true, [&](session_state& session) -> maybe_error {
           server_side_id = session.server_side_id;
-          session.artifacts.insert(names_.begin(), names_.end());
+          for (const auto& a : done_)
+            if (a.crc_ok) session.artifacts.insert(a.name);
           return std::nullopt;
         });
     if (error) {
@@ -370,20 +430,27 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
     }
     response_.set_session_id(key_.session_id);
     response_.set_server_side_session_id(server_side_id);
-    for (const auto& name : names_) {
+    for (const auto& a : done_) {
       auto* summary = response_.add_artifacts();
-      summary->set_name(name);
-      summary->set_is_crc_successful(true);
+      summary->set_name(a.name);
+      summary->set_is_crc_successful(a.crc_ok);
     }
     Finish(grpc::Status::OK);
   }
 
+  struct artifact {
+    std::string name;
+    bool crc_ok = true;
+  };
   fake_state& state_;
   sc::AddArtifactsResponse& response_;
   sc::AddArtifactsRequest request_;
   session_key key_;
   std::optional<std::string> observed_;
-  std::vector<std::string> names_;
+  std::size_t messages_ = 0;
+  std::vector<artifact> done_;
+  artifact chunked_;  // the chunked artifact under way
+  std::uint64_t chunks_left_ = 0;
   bool mixed_users_ = false;
 };
 
@@ -546,7 +613,8 @@ class spark_service final : public sc::SparkConnectService::CallbackService {
         ctx, "ArtifactStatus", *request, *response, session_use::create,
         [&](session_state& session) -> maybe_error {
           for (const auto& name : request->names())
-            (*response->mutable_statuses())[name].set_exists(session.artifacts.count(name) > 0);
+            (*response->mutable_statuses())[name].set_exists(name.rfind("cache/", 0) == 0 &&
+                                                             session.artifacts.count(name) > 0);
           return std::nullopt;
         });
   }
