@@ -707,7 +707,9 @@ def backend_killed():
 def backend_replayed():
     """on_backend_lost: replay. A server SIGKILLed: its sessions go on on the
     other server with their SQL conf (Config and SET), temp views from SQL and
-    from a DataFrame, a Python UDF and a session variable, under the
+    from a DataFrame (small local data, and local data above the cache
+    threshold: an artifact), a Python UDF, a module added with addArtifacts
+    and used by a UDF, a session variable and the current database, under the
     server-side id their client first observed (no SESSION_CHANGED); a query
     running at the kill fails with scg's error naming the server, and its
     session's next query works; a session that made a localCheckpoint is told
@@ -717,6 +719,21 @@ def backend_replayed():
     sessions, on_victim = sessions_on_victim(scg, 6)
     check(len(on_victim) == 3, "three sessions on the victim")
     s, running, _ = on_victim
+    # The database exists on both servers (each has its own catalog).
+    for x in (s, next(x for x in sessions if x not in on_victim)):
+        x.sql("CREATE DATABASE IF NOT EXISTS scg_replay_db")
+    s.sql("USE scg_replay_db")
+    mod = lab.workdir("breplay-art") / "scg_replay_mod.py"
+    mod.write_text("def times_seven(x):\n    return x * 7\n")
+    s.addArtifacts(str(mod), pyfile=True)
+
+    @F.udf("long")
+    def seven(x):
+        import scg_replay_mod
+        return scg_replay_mod.times_seven(x)
+    s.conf.set("spark.sql.session.localRelationCacheThreshold", "1024")
+    s.createDataFrame([(i, f"row-{i}") for i in range(2000)], ["i", "r"]).createOrReplaceTempView("v_cached")
+    check(scg.metric("scg_spool_bytes") > 1024, "the module and the cached local data are spooled")
 
     s.conf.set("spark.sql.shuffle.partitions", "7")
     s.sql("SET scg.test.mark=42")
@@ -736,10 +753,14 @@ def backend_replayed():
             "v_df": sorted(r.t for r in x.table("v_df").collect()),
             "udf": x.sql("SELECT plus_one(41) AS y").collect()[0].y,
             "var": x.sql("SELECT scg_var AS v").collect()[0].v,
+            "db": x.sql("SELECT current_database() AS d").collect()[0].d,
+            "module": [r.y for r in x.range(1, 4).select(seven("id").alias("y")).collect()],
+            "v_cached": tuple(x.sql("SELECT count(*) AS c, sum(i) AS t FROM v_cached").collect()[0]),
         }
     before = observe(s)
     check(before == {"partitions": "7", "mark": "42", "dropped": "<unset>", "v_sql": 20, "v_df": ["a", "b", "c"],
-                     "udf": 42, "var": 5}, f"the session's state before the kill: {before}")
+                     "udf": 42, "var": 5, "db": "scg_replay_db", "module": [7, 14, 21],
+                     "v_cached": (2000, 1999000)}, f"the session's state before the kill: {before}")
     # PySpark 4.3 finds a localCheckpoint's data only in the first session of
     # its process (directly against Spark too): a process of its own makes one,
     # in a session that lands on the victim.
