@@ -57,3 +57,18 @@ TEST_CASE("scg --check-config accepts a valid file and names the bad field of ot
   CHECK(missing_code != 0);
   CHECK(missing_out.find("absent.yaml") != std::string::npos);
 }
+
+TEST_CASE("scg refuses to start when its replay spool cannot be made, naming the key", "[integration][cli]") {
+  temp_dir dir;
+  dir.write("not-a-dir", "a file where the spool's parent should be");
+  const auto cfg = dir.write("spool.yaml", "bind_addr: 127.0.0.1:0\nadmin_addr: 127.0.0.1:0\n"
+                                           "backends: [{ name: b, address: 127.0.0.1:1 }]\n"
+                                           "on_backend_lost: { action: replay, spool_dir: " +
+                                               dir.file("not-a-dir") + " }\n");
+  auto [code, out] = run_scg(dir, {"--config", cfg});
+  INFO(out);
+  CHECK(code == 1);
+  CHECK(out.find("startup_failed") != std::string::npos);
+  CHECK(out.find("on_backend_lost.spool_dir") != std::string::npos);
+  CHECK(out.find(dir.file("not-a-dir")) != std::string::npos);
+}
