@@ -215,7 +215,7 @@ std::string sessions_json(const admin_view& view, const list_query& q) {
                         {"last_seen_ms_ago", ms_ago(now, r.last_seen)},
                         {"operations", ops[r.key]}};
     add_key_fields(item, r.key);
-    if (view.journal) {  // on_backend_lost.action: replay
+    if (view.journal && (!view.replays || view.replays(item["tenant"].get<std::string>()))) {  // replay
       const auto why = view.journal->why_not(r.key);
       item["replayable"] = why == net::unreplayable::none;
       item["unreplayable_reason"] = why == net::unreplayable::none ? nlohmann::json(nullptr)

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,8 @@ struct admin_view {
   const request_gate* heavy = nullptr;  ///< admin.max_heavy_requests in use (set by admin_http)
   /// Session journals (on_backend_lost.action: replay); null: listings show no `replayable`.
   std::shared_ptr<const net::journal_store> journal;
+  /// Whether a tenant's sessions are replayed (on_backend_lost.action, or its tenants entry).
+  std::function<bool(std::string_view tenant)> replays;
 };
 
 /// The admin plane: every endpoint on `addr`, and /healthz and /readyz alone

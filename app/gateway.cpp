@@ -395,6 +395,9 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
   view.backends = backends;
   view.table = table;
   view.journal = fx.journal;
+  view.replays = [&fx](std::string_view tenant) {
+    return fx.lost_action_for(tenant) == config::lost_action::replay;
+  };
   view.policy = actors::make_policy(cfg.placement);
   view.set_draining = [&router](const std::string& name, bool on) { router.set_draining(name, on); };
   view.executions = &fx.executions;

@@ -350,7 +350,15 @@ gateway parse_gateway(const YAML::Node& root) {
                       {"max_journal_total_mib", integer(g.on_backend_lost.max_journal_total_mib, 1, 1 << 20)},
                       {"spool_dir", text(g.on_backend_lost.spool_dir)},
                       {"max_artifacts_mib", integer(g.on_backend_lost.max_artifacts_mib, 1, 1 << 20)},
-                      {"max_spool_mib", integer(g.on_backend_lost.max_spool_mib, 1, 1 << 24)}});
+                      {"max_spool_mib", integer(g.on_backend_lost.max_spool_mib, 1, 1 << 24)},
+                      {"tenants", [&](const YAML::Node& v, const std::string& at) {
+                         if (!v.IsMap()) reject(at, "expected a map, got " + describe(v));
+                         for (const auto& kv : v) {
+                           const auto tenant = as_string(kv.first, at);
+                           g.on_backend_lost.tenants[tenant] =
+                               one_of(kv.second, at + "." + tenant, "action", lost_action_names);
+                         }
+                       }}});
        })},
       {"shutdown", section([&](const YAML::Node& n, const std::string& path) {
          read_fields(n, path, {{"deadline_secs", integer(g.shutdown.deadline_secs, 0)}});
@@ -373,8 +381,8 @@ gateway parse_gateway(const YAML::Node& root) {
   read_fields(root, "", fields);
   // A session's calls may reach any replica, and journals are not shared yet:
   // a replay from one replica's part of a journal would restore the wrong state.
-  if (g.cluster && g.on_backend_lost.action == lost_action::replay)
-    reject("on_backend_lost.action",
+  if (g.cluster && g.on_backend_lost.any_replay())
+    reject(g.on_backend_lost.action == lost_action::replay ? "on_backend_lost.action" : "on_backend_lost.tenants",
            "replay is not available with cluster: yet (journals are kept per replica); use rebind or fail");
   return g;
 }

@@ -148,6 +148,20 @@ struct on_backend_lost {
   std::string spool_dir;             ///< replay: where artifacts are spooled ("": $TMPDIR or /tmp)
   int max_artifacts_mib = 256;       ///< replay: one session's spooled artifacts; past it, unreplayable
   int max_spool_mib = 2048;          ///< replay: every spooled artifact of this replica, on disk
+  /// `tenants: { TENANT: ACTION }`: the action for that tenant's sessions, in place of `action`.
+  std::map<std::string, lost_action, std::less<>> tenants;
+  /// The action for `tenant`'s sessions.
+  lost_action action_for(std::string_view tenant) const {
+    auto it = tenants.find(tenant);
+    return it == tenants.end() ? action : it->second;
+  }
+  /// Whether any tenant's sessions are replayed (journals are kept).
+  bool any_replay() const {
+    if (action == lost_action::replay) return true;
+    for (const auto& [t, a] : tenants)
+      if (a == lost_action::replay) return true;
+    return false;
+  }
 };
 
 /// HTTP/2 PING on connections that have gone quiet, both sides: a peer that

@@ -9,7 +9,7 @@
 namespace scg::net {
 
 void call_journal::first_message(const forward_context& fx, const call_facts& facts, message_reader& body) {
-  if (!fx.journal) return;
+  if (!fx.journal || fx.lost_action_for(facts.identity.tenant) != config::lost_action::replay) return;
   if (facts.kind == rpc::add_artifacts) {
     if (facts.fields.session_id.empty() || fx.journal->why_not(facts.key) != unreplayable::none) return;
     if (!fx.journal->spool()) {

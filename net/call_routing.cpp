@@ -56,7 +56,8 @@ bool not_forwarded(std::string_view key) {
 
 route_decision decide_route(forward_context& fx, const call_facts& facts, bool op_asked) {
   table_lookup table{fx, facts.fields.operation_id, facts.key, core::now_ms()};
-  return choose_backend(facts.kind, facts.fields, fx.backends.size(), fx.on_lost, table, op_asked);
+  return choose_backend(facts.kind, facts.fields, fx.backends.size(), fx.lost_action_for(facts.identity.tenant), table,
+                        op_asked);
 }
 
 std::optional<actors::backend_index> any_backend(forward_context& fx, const std::string& tenant) {
@@ -116,7 +117,8 @@ std::string configure(forward_context& fx, const config::gateway& cfg) {
   fx.limits = cfg.limits;
   fx.lost_after_ms = std::int64_t{cfg.on_backend_lost.after_secs} * 1000;
   fx.on_lost = cfg.on_backend_lost.action;
-  if (fx.on_lost == config::lost_action::replay) {
+  fx.tenant_lost = cfg.on_backend_lost.tenants;
+  if (cfg.on_backend_lost.any_replay()) {
     const auto& lost = cfg.on_backend_lost;
     std::string error;
     auto spool = artifact_spool::open(lost.spool_dir,

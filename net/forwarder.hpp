@@ -45,6 +45,13 @@ struct forward_context {
   std::atomic<std::uint64_t> cursor{0};  ///< spreads calls that carry no session
   std::int64_t lost_after_ms = 30000;    ///< on_backend_lost.after_secs
   config::lost_action on_lost = config::lost_action::rebind;  ///< on_backend_lost.action
+  std::map<std::string, config::lost_action, std::less<>> tenant_lost;  ///< on_backend_lost.tenants
+  /// The on_backend_lost action for `tenant`'s sessions.
+  config::lost_action lost_action_for(std::string_view tenant) const {
+    if (tenant_lost.empty()) return on_lost;
+    auto it = tenant_lost.find(tenant);
+    return it == tenant_lost.end() ? on_lost : it->second;
+  }
   /// Session journals (on_backend_lost.action: replay); null otherwise.
   std::shared_ptr<journal_store> journal;
 

@@ -28,10 +28,12 @@ struct config_result {
 /// A Config call of `session` (user "uma") through the gateway: `op` is a
 /// ConfigOperation, `observed` the client's observed server-side id.
 config_result config_call(int port, const std::string& session, const sc::ConfigOperation& op,
-                          const std::string& observed = "", std::chrono::milliseconds timeout = 20s) {
+                          const std::string& observed = "", std::chrono::milliseconds timeout = 20s,
+                          const std::string& tenant = "") {
   auto stub = stub_to(port);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!tenant.empty()) ctx.AddMetadata("x-tenant", tenant);
   sc::ConfigRequest req;
   req.set_session_id(session);
   *req.mutable_user_context() = user("uma");
@@ -85,13 +87,14 @@ struct replay_env {
   std::unique_ptr<fake_spark> doomed = std::make_unique<fake_spark>(start_fake(dir, "fake-doomed"));
   fake_spark spare = start_fake(dir, "fake-spare");
   gateway gw;
-  /// `lost_extra` is added to on_backend_lost; the spool lives in the test's directory.
-  explicit replay_env(const std::string& tag, const std::string& lost_extra = "")
+  /// `lost_extra` is added to on_backend_lost (after `action: replay`), `extra` to the file; the spool lives in
+  /// the test's directory.
+  explicit replay_env(const std::string& tag, const std::string& lost_extra = "", const std::string& extra = "")
       : gw(start_gateway(dir,
                          gateway_yaml({doomed.get(), &spare},
                                       "on_backend_lost: { after_secs: 2, action: replay, spool_dir: " + spool() +
                                           lost_extra + " }\n"
-                                      "health: { interval_ms: 200, timeout_ms: 300, failures: 1 }\n"),
+                                      "health: { interval_ms: 200, timeout_ms: 300, failures: 1 }\n" + extra),
                          tag)) {}
   std::string spool() const { return dir.file("spool"); }
 };
@@ -333,4 +336,44 @@ TEST_CASE("a lost server's session gets its artifacts back first; the spool is b
   REQUIRE(stub->ReleaseSession(&ctx, rel, &resp).ok());
   CHECK(spooled_files(spool) == 0);
   CHECK(metric_value(gw.admin_port, "scg_spool_bytes") == 0);
+}
+
+TEST_CASE("on_backend_lost.tenants: one tenant's sessions are replayed, another's fail, and only the first are journaled",
+          "[integration][replay]") {
+  replay_env env("replay-tenants", ", tenants: { plain: fail }", "tenants: { from: header, header: x-tenant }\n");
+  auto& gw = env.gw;
+  // Both tenants' sessions on fake-doomed (user uma; each tenant its own key).
+  auto on_doomed = [&](const std::string& tenant, const std::string& prefix) {
+    for (int i = 0; i < 20; ++i) {
+      const auto s = uuid_of(prefix + std::to_string(i));
+      auto r = config_call(gw.grpc_port, s, set({{"spark.t", tenant}}), "", 20s, tenant);
+      if (r.status.ok() && r.backend == "fake-doomed") return std::make_pair(s, r.server_side);
+    }
+    return std::make_pair(std::string(), std::string());
+  };
+  const auto [gold, gold_id] = on_doomed("gold", "tenant-gold-");
+  const auto [plain, plain_id] = on_doomed("plain", "tenant-plain-");
+  REQUIRE(!gold.empty());
+  REQUIRE(!plain.empty());
+  CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 1);  // gold's only
+  auto listed = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + plain).second);
+  REQUIRE(listed["sessions"].size() == 1);
+  CHECK(!listed["sessions"][0].contains("replayable"));
+  listed = nlohmann::json::parse(http_get(gw.admin_port, "/api/v1/sessions?session=" + gold).second);
+  REQUIRE(listed["sessions"].size() == 1);
+  CHECK(listed["sessions"][0]["replayable"] == true);
+
+  env.doomed.reset();  // SIGKILL
+  auto g = config_call(gw.grpc_port, gold, keys({"spark.t"}), gold_id, 20s, "gold");
+  INFO(g.status.error_message());
+  CHECK(g.status.ok());
+  CHECK(g.backend == "fake-spare");
+  CHECK(g.server_side == gold_id);
+  CHECK(g.pairs["spark.t"] == "gold");
+  auto p = config_call(gw.grpc_port, plain, keys({"spark.t"}), plain_id, 20s, "plain");
+  INFO(p.status.error_message());
+  CHECK(p.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(p.status.error_message().find("fake-doomed") != std::string::npos);
+  CHECK(metric_value(gw.admin_port, "scg_replays_total") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_forward_backend_lost_total") >= 1);
 }

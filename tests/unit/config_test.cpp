@@ -284,6 +284,11 @@ TEST_CASE("configuration errors name the offending field", "[config]") {
        "unknown action \"retry\" (expected rebind, fail or replay)"},
       {one_backend + "on_backend_lost: { action: replay, max_journal_kib: 0 }\n", "on_backend_lost.max_journal_kib",
        "must be at least 1, got 0"},
+      {one_backend + "on_backend_lost: { tenants: { a: replay, b: retry } }\n", "on_backend_lost.tenants.b",
+       "unknown action \"retry\" (expected rebind, fail or replay)"},
+      {one_backend + "on_backend_lost: { tenants: { a: replay } }\ncluster: { node_name: a }\n",
+       "on_backend_lost.tenants",
+       "replay is not available with cluster: yet (journals are kept per replica); use rebind or fail"},
       {one_backend + "on_backend_lost: { action: replay, max_artifacts_mib: 0 }\n", "on_backend_lost.max_artifacts_mib",
        "must be at least 1, got 0"},
       {one_backend + "on_backend_lost: { spool_dir: [a] }\n", "on_backend_lost.spool_dir",
@@ -332,6 +337,12 @@ TEST_CASE("the enumerations read into their values", "[config]") {
                             "logging: { level: off, format: text }\n");
   CHECK(g.placement.strategy == placement_strategy::round_robin);
   CHECK(g.on_backend_lost.action == lost_action::fail);
+  CHECK(!g.on_backend_lost.any_replay());
+  auto t = ok(one_backend + "on_backend_lost: { action: fail, tenants: { gold: replay, tin: rebind } }\n");
+  CHECK(t.on_backend_lost.action_for("gold") == lost_action::replay);
+  CHECK(t.on_backend_lost.action_for("tin") == lost_action::rebind);
+  CHECK(t.on_backend_lost.action_for("other") == lost_action::fail);
+  CHECK(t.on_backend_lost.any_replay());
   CHECK(g.logging.level == log_level::off);
   CHECK(g.logging.format == scg::core::log_format::text);
   for (const auto& [name, action] : lost_action_names) {
