@@ -99,6 +99,11 @@ const execution_column execution_columns[] = {
     {"tenant_result_rows_total", "Rows streamed to the tenant: the sum of arrow_batch.row_count",
      "user_result_rows_total", "Rows streamed to the user (arrow_batch.row_count)",
      [](const core::usage_figures& f) { return std::to_string(f.result_rows); }},
+    {"tenant_replays_total", "Sessions of the tenant replayed on a new server (on_backend_lost: replay)",
+     "user_replays_total", "Sessions of the user replayed on a new server",
+     [](const core::usage_figures& f) { return std::to_string(f.replays); }},
+    {"tenant_replay_seconds_total", "Time the tenant's session replays took", "user_replay_seconds_total",
+     "Time the user's session replays took", [](const core::usage_figures& f) { return seconds(f.replay_ms); }},
 };
 
 void append_tenant_metrics(core::prometheus_writer& w, const admin_view& view) {
@@ -154,7 +159,8 @@ nlohmann::json figures_json(const core::usage_figures& f) {
   return {{"sessions", f.sessions},         {"executions", f.executions},
           {"execution_seconds", static_cast<double>(f.execution_ms) / 1000.0},
           {"result_bytes", f.result_bytes}, {"result_rows", f.result_rows},
-          {"rpcs", f.rpcs},                 {"rejections", f.rejections}};
+          {"rpcs", f.rpcs},                 {"rejections", f.rejections},
+          {"replays", f.replays},           {"replay_seconds", static_cast<double>(f.replay_ms) / 1000.0}};
 }
 
 }  // namespace

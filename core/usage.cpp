@@ -13,12 +13,15 @@ usage_figures& usage_figures::operator+=(const usage_figures& o) {
   result_rows += o.result_rows;
   rpcs += o.rpcs;
   rejections += o.rejections;
+  replays += o.replays;
+  replay_ms += o.replay_ms;
   return *this;
 }
 
 bool usage_figures::operator==(const usage_figures& o) const {
-  return std::tie(sessions, executions, execution_ms, result_bytes, result_rows, rpcs, rejections) ==
-         std::tie(o.sessions, o.executions, o.execution_ms, o.result_bytes, o.result_rows, o.rpcs, o.rejections);
+  return std::tie(sessions, executions, execution_ms, result_bytes, result_rows, rpcs, rejections, replays, replay_ms) ==
+         std::tie(o.sessions, o.executions, o.execution_ms, o.result_bytes, o.result_rows, o.rpcs, o.rejections,
+                  o.replays, o.replay_ms);
 }
 
 namespace {
@@ -139,6 +142,16 @@ void usage_ledger::record_call(std::string_view tenant, std::string_view user, c
 void usage_ledger::record_session(std::string_view tenant, std::string_view user, std::int64_t now_ms) {
   usage_figures f;
   f.sessions = 1;
+  auto& sh = my_shard();
+  std::lock_guard lock{sh.mu};
+  add_in(sh, tenant, user, f, now_ms, nullptr);
+}
+
+void usage_ledger::record_replay(std::string_view tenant, std::string_view user, std::uint64_t took_ms,
+                                 std::int64_t now_ms) {
+  usage_figures f;
+  f.replays = 1;
+  f.replay_ms = took_ms;
   auto& sh = my_shard();
   std::lock_guard lock{sh.mu};
   add_in(sh, tenant, user, f, now_ms, nullptr);

@@ -44,6 +44,8 @@ struct usage_figures {
   std::uint64_t result_rows = 0;   ///< Σ arrow_batch.row_count of those responses
   std::uint64_t rpcs = 0;          ///< calls finished
   std::uint64_t rejections = 0;    ///< calls scg answered itself (local replies)
+  std::uint64_t replays = 0;       ///< sessions replayed on a new server (on_backend_lost: replay)
+  std::uint64_t replay_ms = 0;     ///< time those replays took
   usage_figures& operator+=(const usage_figures& o);
   bool operator==(const usage_figures& o) const;
 };
@@ -84,6 +86,8 @@ class usage_ledger {
   void record_call(std::string_view tenant, std::string_view user, const call_usage& u, std::int64_t now_ms);
   /// A new session of `user` of `tenant` was placed.
   void record_session(std::string_view tenant, std::string_view user, std::int64_t now_ms);
+  /// A session of `user` of `tenant` was replayed on a new server in `took_ms`.
+  void record_replay(std::string_view tenant, std::string_view user, std::uint64_t took_ms, std::int64_t now_ms);
 
   /// A tenant's totals since start.
   struct tenant_totals {

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "core/audit.hpp"
+#include "core/clock.hpp"
+#include "core/usage.hpp"
 #include "net/net_stats.hpp"
 #include "net/replayer.hpp"
 
@@ -119,8 +121,9 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
   const auto started = std::chrono::steady_clock::now();
   const std::string tenant = facts.identity.tenant, user = facts.fields.user_id, session = facts.fields.session_id;
   const std::string lost_name = from.name, to_name = next.name;
+  core::usage_ledger* usage = fx.usage;
   replay_journal(next, std::move(req), [store, key, to, client, moved, done, started, tenant, user, session,
-                                        lost_name, to_name](replay_outcome out) {
+                                        lost_name, to_name, usage](replay_outcome out) {
     auto& m = global_net_stats();
     const auto took = std::chrono::steady_clock::now() - started;
     const auto entries = std::to_string(out.replayed);
@@ -140,6 +143,10 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
     m.replay_durations.observe(
         net_stats::duration_bounds_us,
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
+    if (usage)
+      usage->record_replay(tenant, user,
+                           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
+                           core::wall_now_ms());
     for (const auto& s : out.skipped) spdlog::warn("replay_skipped session={} entry={}", session, s);
     store->set_ids(key, {client, out.server_id, static_cast<std::uint32_t>(to)});
     store->end_replay(key);

@@ -376,4 +376,8 @@ TEST_CASE("on_backend_lost.tenants: one tenant's sessions are replayed, another'
   CHECK(p.status.error_message().find("fake-doomed") != std::string::npos);
   CHECK(metric_value(gw.admin_port, "scg_replays_total") == 1);
   CHECK(metric_value(gw.admin_port, "scg_forward_backend_lost_total") >= 1);
+  // Per tenant: gold's replay, plain's refusal.
+  CHECK(metric_value(gw.admin_port, "scg_tenant_replays_total{tenant=\"gold\"}") == 1);
+  CHECK(metric_value(gw.admin_port, "scg_tenant_replays_total{tenant=\"plain\"}") == 0);
+  CHECK(metric_value(gw.admin_port, "scg_tenant_rejections_total{tenant=\"plain\",reason=\"backend_lost\"}") == 1);
 }
