@@ -151,10 +151,16 @@ inline std::optional<double> polled_utilization(const backend_state& b) {
   return u >= 0 ? std::optional<double>(u) : std::nullopt;
 }
 
-/// True when `b` has been down (unreachable or unhealthy) for `after_ms` by `now_ms`.
+/// True when `b` is down (unreachable or unhealthy) now. (down_since_ms
+/// follows these flags at the backend actor's next tick.)
+inline bool down(const backend_state& b) { return !b.reachable.load() || !b.healthy.load(); }
+
+/// True when `b` is down and has been for `after_ms` by `now_ms`. A backend
+/// back up is not lost, even before its down_since_ms is cleared: placement
+/// may give it a new session at once.
 inline bool lost(const backend_state& b, std::int64_t now_ms, std::int64_t after_ms) {
   auto since = b.down_since_ms.load();
-  return since > 0 && now_ms - since >= after_ms;
+  return since > 0 && down(b) && now_ms - since >= after_ms;
 }
 
 /// True when placement may give `b` new sessions.

@@ -103,6 +103,17 @@ void send_probe(backend_state& b, int timeout_ms, const std::string& token, back
                     });
 }
 
+/// Down since when (for on_backend_lost), or 0 while fine: at every change of
+/// reachability (the tick) or health (a probe), so that a backend back up and
+/// down again soon after counts from its new fall.
+void note_down(backend_state& b) {
+  if (!down(b)) {
+    b.down_since_ms = 0;
+  } else if (b.down_since_ms.load() == 0) {
+    b.down_since_ms = now_ms();
+  }
+}
+
 using self_ptr = backend_actor::stateful_pointer<backend_actor_state>;
 
 backend_actor::behavior_type backend_behavior(self_ptr self, std::shared_ptr<backend_state> backend,
@@ -130,10 +141,7 @@ backend_actor::behavior_type backend_behavior(self_ptr self, std::shared_ptr<bac
           else
             log->warn("backend_unreachable backend={} address={}", b.name, b.address);
         }
-        // Down since when (for on_backend_lost), or 0 while fine.
-        const bool down = !reachable || !b.healthy.load();
-        if (down && b.down_since_ms.load() == 0) b.down_since_ms = now_ms();
-        if (!down) b.down_since_ms = 0;
+        note_down(b);
         self->delayed_send(self, watch_interval, tick_atom::value);
       },
       [=](probed_atom, bool answered) {
@@ -153,6 +161,7 @@ backend_actor::behavior_type backend_behavior(self_ptr self, std::shared_ptr<bac
           case health_streak::change::none:
             break;
         }
+        note_down(*st.backend);
         // The next probe after this one's outcome: never two in flight.
         self->delayed_send(self, std::chrono::milliseconds(st.health.interval_ms), probe_atom::value);
       },

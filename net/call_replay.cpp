@@ -112,7 +112,10 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
                             std::string(unreplayable_text(snap.why)) +
                             ". It goes on there as a new session (on_backend_lost.action: replay)"});
   }
-  const std::string client = snap.ids ? snap.ids->client : facts.fields.observed_server_session;
+  // The id the client first observed: kept from an earlier replay, unless
+  // that one ran before the client had observed any (its first call).
+  const std::string client =
+      snap.ids && !snap.ids->client.empty() ? snap.ids->client : facts.fields.observed_server_session;
   replay_request req;
   req.session_id = facts.fields.session_id;
   req.user_id = facts.spark_user;

@@ -35,7 +35,7 @@ struct table_lookup final : route_lookup {
   }
   binding state(actors::backend_index b) const {
     const auto& backend = *fx.backends[b];
-    return binding{b, actors::lost(backend, now, fx.lost_after_ms), backend.down_since_ms.load() > 0};
+    return binding{b, actors::lost(backend, now, fx.lost_after_ms), actors::down(backend)};
   }
 };
 

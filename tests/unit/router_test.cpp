@@ -163,6 +163,21 @@ std::string key_of(const std::string& session) { return session_key{"t", "u", se
 
 }  // namespace
 
+TEST_CASE("a backend back up is neither down nor lost, before its down_since_ms is cleared", "[router]") {
+  scg::actors::backend_state b("b", "b:15002", "");
+  CHECK(!scg::actors::down(b));
+  b.healthy = false;
+  b.down_since_ms = 1000;
+  CHECK(scg::actors::down(b));
+  CHECK(!scg::actors::lost(b, 1500, 1000));
+  CHECK(scg::actors::lost(b, 2000, 1000));
+  b.healthy = true;  // its probes answer again; the backend actor's next tick clears down_since_ms
+  CHECK(!scg::actors::down(b));
+  CHECK(!scg::actors::lost(b, 5000, 1000));
+  b.reachable = false;
+  CHECK(scg::actors::lost(b, 5000, 1000));
+}
+
 TEST_CASE("a route_answer answers exactly once, and shutting_down when dropped", "[router]") {
   std::vector<route_result> heard;
   auto record = [&](route_result r) { heard.push_back(std::move(r)); };
