@@ -37,6 +37,7 @@
 #include "admin/admin_server.hpp"
 #include "admin/drain_report.hpp"
 #include "net/front_door.hpp"
+#include "net/session_journal.hpp"
 
 namespace scg::app {
 
@@ -246,7 +247,8 @@ class drain_reporter {
 /// reports and lets the authenticator refresh OIDC keys (off the request path).
 int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path, const actors::router& router,
                          auth::authenticator& auth, config::file_watch* watch, int watch_secs,
-                         drain_reporter* reporter, const std::function<void()>& reread_secrets) {
+                         drain_reporter* reporter, const std::function<void()>& reread_secrets,
+                         const std::function<void()>& every_second) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
@@ -255,6 +257,7 @@ int wait_for_stop_signal(backend_keeper& keeper, const std::string& config_path,
   for (;;) {
     if (auto release = core::allocator().release_freed) release();
     auth.tick();
+    every_second();
     keeper.take_discovered(router);
     if (reporter) reporter->tick();
     if (watch && std::chrono::steady_clock::now() >= next_watch) {
@@ -447,8 +450,19 @@ int run_gateway(const config::gateway& cfg, const std::string& config_path, cons
     std::unique_ptr<drain_reporter> reporter;
     if (cfg.cluster)
       reporter = std::make_unique<drain_reporter>(backends, table, fx.executions, view.drain_idle_ms, router);
+    // replay: journals of sessions the table no longer binds (released
+    // elsewhere, or expired after affinity.session_ttl_secs) go, once a
+    // minute (or every half ttl, when shorter).
+    const auto sweep_every = std::chrono::seconds(std::clamp(cfg.affinity.session_ttl_secs / 2, 1, 60));
+    auto next_sweep = std::chrono::steady_clock::now() + sweep_every;
+    auto sweep_journals = [&] {
+      if (!fx.journal || std::chrono::steady_clock::now() < next_sweep) return;
+      next_sweep = std::chrono::steady_clock::now() + sweep_every;
+      const auto gone = fx.journal->sweep([&](const std::string& key) { return table->session_backend(key).has_value(); });
+      if (gone > 0) log->info("journals_swept sessions={}", gone);
+    };
     int sig = wait_for_stop_signal(keeper, config_path, router, *authenticator, watch.get(),
-                                   cfg.reload.watch_secs, reporter.get(), reread_admin_tokens);
+                                   cfg.reload.watch_secs, reporter.get(), reread_admin_tokens, sweep_journals);
     watcher.reset();
     view.ready = false;
     router.stop_new_sessions();

@@ -33,7 +33,8 @@ namespace scg::net {
   X(buffer_compacted_bytes_total, "Bytes of waiting calls copied out of shared read buffers under buffer pressure") \
   X(replays_total, "Sessions replayed onto a new server after theirs was lost (on_backend_lost.action: replay)") \
   X(replay_entries_total, "Journal entries run by replays") \
-  X(replay_skipped_entries_total, "Optional journal entries a new server refused in a replay (USE of a database it lacks)")
+  X(replay_skipped_entries_total, "Optional journal entries a new server refused in a replay (USE of a database it lacks)") \
+  X(journals_swept_total, "Journals dropped because their session is no longer bound (expired or released elsewhere)")
 
 #define SCG_NET_GAUGES(X) \
   X(forward_active_calls, "Calls being forwarded now") \

@@ -507,6 +507,27 @@ void journal_store::forget(const std::string& key) {
   publish();
 }
 
+std::size_t journal_store::sweep(const std::function<bool(const std::string& key)>& bound) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock{mu_};
+    keys.reserve(sessions_.size());
+    for (const auto& [key, s] : sessions_) keys.push_back(key);
+  }
+  std::size_t gone = 0;
+  for (const auto& key : keys) {
+    if (bound(key)) continue;
+    {
+      std::lock_guard lock{mu_};
+      if (replaying_.count(key) || !sessions_.count(key)) continue;
+    }
+    forget(key);
+    ++gone;
+  }
+  global_net_stats().journals_swept_total.fetch_add(gone, std::memory_order_relaxed);
+  return gone;
+}
+
 void journal_store::publish() const {
   auto& m = global_net_stats();
   m.journal_bytes.store(bytes_, std::memory_order_relaxed);

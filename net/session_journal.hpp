@@ -148,6 +148,9 @@ class journal_store {
               std::shared_ptr<const spooled_call> spooled = nullptr);
   /// The session was released: its journal goes.
   void forget(const std::string& key);
+  /// Drops the journals of sessions `bound` says are gone (not while one is
+  /// replayed); returns how many. `bound` is called without the lock held.
+  std::size_t sweep(const std::function<bool(const std::string& key)>& bound);
   journal_snapshot snapshot(const std::string& key) const;
   /// A replay gave the session `ids`.
   void set_ids(const std::string& key, session_ids ids);

@@ -37,7 +37,9 @@
 # with BENCH_SCG_BEFORE), BENCH_SCG_BEFORE (another scg binary: the path "before",
 # started like scg with the same YAML in front of the same fake, on its own ports,
 # for the unary, h2load and stream workloads), BENCH_WORKLOADS (default
-# "unary h2load stream stalled"; e.g. "unary" for the unary runs alone), BENCH_CONCURRENCIES
+# "unary h2load stream stalled"; e.g. "unary" for the unary runs alone; "replay" adds
+# scripts/bench_replay.py's replay figures, BENCH_REPLAY_SESSIONS sessions for its memory
+# figure, default 2000), BENCH_CONCURRENCIES
 # (unary, default "1 32 256"), BENCH_STALLED (the stalled readers' counts, default
 # "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
 # in BENCH_BUILD_DIR as they are, without building), BENCH_KEEP (1: keep the
@@ -132,7 +134,7 @@ for path in "${PATHS[@]}"; do
   [[ $path != before || -n $SCG_BEFORE ]] || die "BENCH_PATHS: the path 'before' needs BENCH_SCG_BEFORE"
 done
 for workload in "${WORKLOADS[@]}"; do
-  [[ $workload =~ ^(unary|h2load|stream|stalled)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
+  [[ $workload =~ ^(unary|h2load|stream|stalled|replay)$ ]] || die "BENCH_WORKLOADS: unknown workload '$workload'"
 done
 for concurrency in "${UNARY_CONCURRENCIES[@]}"; do
   [[ $concurrency =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES: not a positive integer: '$concurrency'"
@@ -1158,6 +1160,16 @@ soak() {
   log "soak done: $(cat "$WORK/soak-unary.json"); $streams streams, $failures failed"
 }
 
+# replay (on_backend_lost: replay): replay time against journal size, and the
+# memory a journaled session costs (scripts/bench_replay.py; its JSON in $1).
+replay_bench() {
+  local py=$BUILD/realspark/py43/bin/python
+  [[ -x $py ]] || die "replay: $py is missing (scripts/setup.sh makes it)"
+  log "replay: replay time against journal size, memory per journaled session"
+  "$py" scripts/bench_replay.py --build "$BUILD" --sessions "${BENCH_REPLAY_SESSIONS:-2000}" --out "$1" |
+    while read -r line; do log "replay: $line"; done
+}
+
 # ---------------------------------------------------------------------- run
 
 mkdir -p bench-results
@@ -1184,6 +1196,7 @@ else
   ((SESSIONS > 0)) && idle_sessions
   ((REPL_SESSIONS > 0)) && cluster_bench
   OUT=bench-results/bench-$STAMP
+  if workload replay; then replay_bench "$OUT.replay.json"; fi
 fi
 write_meta
 

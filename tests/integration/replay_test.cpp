@@ -381,3 +381,14 @@ TEST_CASE("on_backend_lost.tenants: one tenant's sessions are replayed, another'
   CHECK(metric_value(gw.admin_port, "scg_tenant_replays_total{tenant=\"plain\"}") == 0);
   CHECK(metric_value(gw.admin_port, "scg_tenant_rejections_total{tenant=\"plain\",reason=\"backend_lost\"}") == 1);
 }
+
+TEST_CASE("the journal of a session whose binding expired is swept", "[integration][replay]") {
+  replay_env env("replay-sweep", "", "affinity: { session_ttl_secs: 2 }\n");
+  auto& gw = env.gw;
+  const auto s = uuid_of("swept-session");
+  REQUIRE(config_call(gw.grpc_port, s, set({{"spark.x", "1"}})).status.ok());
+  CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 1);
+  // Expired after 2 s idle, swept within the next second or two.
+  CHECK(eventually(metric(gw.admin_port, "scg_journals_swept_total") >= 1, 15s));
+  CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 0);
+}

@@ -217,3 +217,19 @@ TEST_CASE("An id is overwritten in place, only where it is the one named", "[ses
   CHECK(server_side_field(rpc::execute_plan) == 15);
   CHECK(observed_field(rpc::config) == 8);
 }
+
+TEST_CASE("A sweep drops the journals of sessions no longer bound, but not one being replayed", "[session_journal]") {
+  journal_store store({}, nullptr);
+  const std::string set = sql("SET a=1");
+  for (const char* k : {"kept", "gone", "replaying"})
+    store.record(k, classify_request(rpc::execute_plan, seg(set)), rpc::execute_plan, journal_form(seg(set)));
+  REQUIRE(store.sessions() == 3);
+  REQUIRE(store.begin_replay("replaying", [] {}));
+  CHECK(store.sweep([](const std::string& k) { return k == "kept"; }) == 1);
+  CHECK(store.sessions() == 2);
+  CHECK(!store.snapshot("kept").entries.empty());
+  CHECK(store.snapshot("gone").entries.empty());
+  store.end_replay("replaying");
+  CHECK(store.sweep([](const std::string& k) { return k == "kept"; }) == 1);
+  CHECK(store.sessions() == 1);
+}
