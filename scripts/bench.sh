@@ -44,6 +44,9 @@
 # "0 16 64"), BENCH_SOAK_SECS, BENCH_BUILD_DIR, BENCH_BUILD (0: use the binaries
 # in BENCH_BUILD_DIR as they are, without building), BENCH_KEEP (1: keep the
 # replicas' logs and the raw files in the work directory it names),
+# BENCH_BEFORE_YAML (extra top-level YAML for the path "before" alone: with
+# BENCH_SCG_BEFORE=build/scg, one setting against its default in one run, e.g.
+# 'on_backend_lost: { action: replay }'),
 # BENCH_SCG_YAML (extra top-level YAML for every scg the run starts, e.g.
 # 'limits: { sched_slice_us: 0 }': one setting against another, run by run),
 # BENCH_CORES (1: every process the run starts may dump core, where the
@@ -330,7 +333,7 @@ start_gateway() {
 # start_before: the BENCH_SCG_BEFORE binary, started as start_gateway starts scg.
 # Sets BEFORE_PID, BEFORE_PORT.
 start_before() {
-  SCG_EXE=$SCG_BEFORE start_scg before
+  SCG_EXE=$SCG_BEFORE start_scg before ${BENCH_BEFORE_YAML:+"$BENCH_BEFORE_YAML"}
   BEFORE_PID=$STARTED_PID BEFORE_PORT=$STARTED_GRPC_PORT
   wait_routes "$BEFORE_PORT" "$BEFORE_PID" "$WORK/before.log" "scg (before)"
 }
