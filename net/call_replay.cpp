@@ -52,7 +52,13 @@ void call_journal::on_success(const forward_context& fx, const call_facts& facts
     writer_.reset();
     return fx.journal->record(facts.key, v, facts.kind, {}, std::move(spooled));
   }
+  if (facts.kind == rpc::reattach_execute) return fx.journal->complete(facts.fields.operation_id, facts.key);
   fx.journal->record(facts.key, verdict_, facts.kind, std::move(request_));
+}
+
+void call_journal::on_failure(const forward_context& fx, const call_facts& facts) {
+  if (!fx.journal || facts.kind != rpc::execute_plan || facts.fields.session_id.empty()) return;
+  fx.journal->defer(facts.fields.operation_id, facts.key, std::move(verdict_), facts.kind, std::move(request_));
 }
 
 void call_journal::translate_first(const forward_context& fx, const call_facts& facts, held_message* first) {
@@ -130,9 +136,12 @@ void replay_session(forward_context& fx, const call_facts& facts, actors::backen
     auto& m = global_net_stats();
     const auto took = std::chrono::steady_clock::now() - started;
     const auto entries = std::to_string(out.replayed);
+    // What the new server refused of the optional entries (a database it lacks): the report says so.
+    std::string skipped;
+    for (const auto& s : out.skipped) skipped += (skipped.empty() ? "" : "; ") + s;
     core::audit("session.replay", {{"tenant", tenant}, {"user", user}, {"session", session}, {"from", lost_name},
                                    {"to", to_name}, {"entries", entries}, {"result", out.ok ? "ok" : "failed"},
-                                   {"failed", out.failed}});
+                                   {"failed", out.failed}, {"skipped", skipped}});
     if (!out.ok) {
       store->forget(key);
       store->end_replay(key);

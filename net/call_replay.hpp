@@ -42,6 +42,10 @@ class call_journal {
   void spool(message_reader& body);
   /// The backend answered OK.
   void on_success(const forward_context& fx, const call_facts& facts);
+  /// The call ended with another status (or none): an ExecutePlan that
+  /// would be recorded waits for a ReattachExecute of its operation that
+  /// ends OK (its stream may just have broken).
+  void on_failure(const forward_context& fx, const call_facts& facts);
 
   /// As the backend stream starts: when the session was replayed, turns
   /// translation on and writes its server's id into the first message.

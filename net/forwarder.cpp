@@ -615,6 +615,7 @@ class forward_call final : public h2::server_stream,
   void conclude(int code) {
     advance(phase::finished);
     final_code_ = code;
+    if (code != 0) journal_.on_failure(fx_, facts_);
   }
 
   /// The backend's status ends the call; scg replaces it only to say what

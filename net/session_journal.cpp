@@ -494,8 +494,39 @@ void journal_store::record(const std::string& key, const journal_verdict& v, rpc
   publish();
 }
 
+void journal_store::defer(const std::string& op, const std::string& key, journal_verdict v, rpc kind,
+                          std::string request) {
+  if (op.empty() || v.what == journal_verdict::kind::none) return;
+  std::lock_guard lock{mu_};
+  if (!deferred_.try_emplace(op, deferred{key, std::move(v), kind, std::move(request)}).second) return;
+  deferred_order_.push_back(op);
+  while (deferred_.size() > max_deferred && !deferred_order_.empty()) {
+    deferred_.erase(deferred_order_.front());
+    deferred_order_.pop_front();
+  }
+  if (deferred_order_.size() > 2 * max_deferred) {  // ids completed since: drop them from the order
+    std::deque<std::string> live;
+    for (auto& id : deferred_order_)
+      if (deferred_.count(id)) live.push_back(std::move(id));
+    deferred_order_.swap(live);
+  }
+}
+
+void journal_store::complete(const std::string& op, const std::string& key) {
+  deferred d;
+  {
+    std::lock_guard lock{mu_};
+    auto it = deferred_.find(op);
+    if (it == deferred_.end() || it->second.key != key) return;
+    d = std::move(it->second);
+    deferred_.erase(it);
+  }
+  record(key, d.verdict, d.kind, std::move(d.request));
+}
+
 void journal_store::forget(const std::string& key) {
   std::lock_guard lock{mu_};
+  for (auto it = deferred_.begin(); it != deferred_.end();) it = it->second.key == key ? deferred_.erase(it) : std::next(it);
   auto it = sessions_.find(key);
   if (it == sessions_.end()) return;
   const auto& j = it->second.journal;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -146,6 +147,16 @@ class journal_store {
   /// A request of session `key` succeeded with verdict `v`.
   void record(const std::string& key, const journal_verdict& v, rpc kind, std::string request,
               std::shared_ptr<const spooled_call> spooled = nullptr);
+  /// An ExecutePlan of session `key` that would be recorded (`v`, its
+  /// `request`) ended without OK as operation `op`: its stream may have
+  /// broken, and the client then reattaches. It waits for complete(op); the
+  /// oldest waiting go past `max_deferred`.
+  void defer(const std::string& op, const std::string& key, journal_verdict v, rpc kind, std::string request);
+  /// A ReattachExecute of operation `op` of session `key` ended OK: what the
+  /// ExecutePlan deferred is recorded.
+  void complete(const std::string& op, const std::string& key);
+  static constexpr std::size_t max_deferred = 1024;
+
   /// The session was released: its journal goes.
   void forget(const std::string& key);
   /// Drops the journals of sessions `bound` says are gone (not while one is
@@ -180,6 +191,14 @@ class journal_store {
   mutable std::mutex mu_;
   std::unordered_map<std::string, session> sessions_;
   std::unordered_map<std::string, std::vector<std::function<void()>>> replaying_;
+  struct deferred {
+    std::string key;
+    journal_verdict verdict;
+    rpc kind;
+    std::string request;
+  };
+  std::unordered_map<std::string, deferred> deferred_;  // by operation id
+  std::deque<std::string> deferred_order_;             // oldest first (ids may be stale)
   std::size_t bytes_ = 0;
   std::atomic<std::size_t> translated_{0};  // sessions with ids
 };

@@ -392,3 +392,44 @@ TEST_CASE("the journal of a session whose binding expired is swept", "[integrati
   CHECK(eventually(metric(gw.admin_port, "scg_journals_swept_total") >= 1, 15s));
   CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 0);
 }
+
+TEST_CASE("a command whose ExecutePlan stream broke is journaled when its reattach ends OK", "[integration][replay]") {
+  replay_env env("replay-reattach");
+  auto& gw = env.gw;
+  const auto s = session_on(gw, "fake-doomed", "reattached-");
+  REQUIRE(!s.empty());
+  auto stub = stub_to(gw.grpc_port);
+  const auto op = uuid_of("reattached-op");
+  auto req = execute(s, "uma", op);
+  // Plan{command 2: {sql_command 5: {input 6: {sql 10: {query 1: "SET scg.reattached=1"}}}}}
+  auto ld = [](int field, const std::string& payload) {
+    std::string out;
+    scg::core::protowire::put_bytes(out, field, payload);
+    return out;
+  };
+  req.set_plan(ld(2, ld(5, ld(6, ld(10, ld(1, "SET scg.reattached=1"))))));
+  {  // The client reads one response, then its stream breaks (cancelled).
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-fake-responses", "4");
+    ctx.AddMetadata("x-fake-delay-ms", "200");
+    auto stream = stub->ExecutePlan(&ctx, req);
+    sc::ExecutePlanResponse resp;
+    REQUIRE(stream->Read(&resp));
+    ctx.TryCancel();
+    while (stream->Read(&resp)) {
+    }
+    CHECK(stream->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  }
+  CHECK(metric_value(gw.admin_port, "scg_journal_bytes") == 0);  // not yet: its end is unknown
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  auto stream = stub->ReattachExecute(&ctx, reattach(s, "uma", op, ""));
+  sc::ExecutePlanResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  const auto st = stream->Finish();
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_journal_bytes") > 0; }, 5s));
+  CHECK(metric_value(gw.admin_port, "scg_journal_sessions") == 1);
+}

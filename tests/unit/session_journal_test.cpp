@@ -233,3 +233,28 @@ TEST_CASE("A sweep drops the journals of sessions no longer bound, but not one b
   CHECK(store.sweep([](const std::string& k) { return k == "kept"; }) == 1);
   CHECK(store.sessions() == 1);
 }
+
+TEST_CASE("A command whose stream broke is recorded once a reattach of its operation ends OK", "[session_journal]") {
+  journal_store store({}, nullptr);
+  const std::string set = sql("SET a=1");
+  const auto v = classify_request(rpc::execute_plan, seg(set));
+  store.defer("op-1", "k", v, rpc::execute_plan, journal_form(seg(set)));
+  CHECK(store.snapshot("k").entries.empty());
+  store.complete("op-1", "other-session");  // another session's reattach of that id: nothing
+  CHECK(store.snapshot("k").entries.empty());
+  store.complete("op-1", "k");
+  CHECK(store.snapshot("k").entries.size() == 1);
+  store.complete("op-1", "k");  // once
+  CHECK(store.snapshot("k").entries.size() == 1);
+  // A release drops what waits; the oldest waiting go past the bound.
+  store.defer("op-2", "k", v, rpc::execute_plan, journal_form(seg(set)));
+  store.forget("k");
+  store.complete("op-2", "k");
+  CHECK(store.snapshot("k").entries.empty());
+  for (std::size_t i = 0; i <= journal_store::max_deferred; ++i)
+    store.defer("op-" + std::to_string(i + 10), "k2", v, rpc::execute_plan, journal_form(seg(set)));
+  store.complete("op-10", "k2");  // the oldest: gone
+  CHECK(store.snapshot("k2").entries.empty());
+  store.complete("op-11", "k2");
+  CHECK(store.snapshot("k2").entries.size() == 1);
+}
