@@ -144,6 +144,17 @@ std::map<std::string, bool> artifact_status(int port, const std::string& session
   return out;
 }
 
+/// A ReattachExecute of operation `op` of `session` (user uma), read to its end: its status.
+grpc::Status reattach_to_end(sc::SparkConnectService::Stub& stub, const std::string& session, const std::string& op) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  auto stream = stub.ReattachExecute(&ctx, reattach(session, "uma", op, ""));
+  sc::ExecutePlanResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  return stream->Finish();
+}
+
 std::size_t spooled_files(const std::string& parent) {
   std::size_t n = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(parent)) n += e.is_regular_file();
@@ -217,13 +228,7 @@ TEST_CASE("an operation that ran on the lost server ends with an error naming it
   REQUIRE(started.status.ok());
 
   env.doomed.reset();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  auto stream = stub->ReattachExecute(&ctx, reattach(s, "uma", op, ""));
-  sc::ExecutePlanResponse resp;
-  while (stream->Read(&resp)) {
-  }
-  const auto st = stream->Finish();
+  const auto st = reattach_to_end(*stub, s, op);
   INFO(st.error_message());
   CHECK(st.error_code() == grpc::StatusCode::ABORTED);
   CHECK(st.error_message().find("fake-doomed") != std::string::npos);
@@ -421,13 +426,7 @@ TEST_CASE("a command whose ExecutePlan stream broke is journaled when its reatta
     CHECK(stream->Finish().error_code() == grpc::StatusCode::CANCELLED);
   }
   CHECK(metric_value(gw.admin_port, "scg_journal_bytes") == 0);  // not yet: its end is unknown
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
-  auto stream = stub->ReattachExecute(&ctx, reattach(s, "uma", op, ""));
-  sc::ExecutePlanResponse resp;
-  while (stream->Read(&resp)) {
-  }
-  const auto st = stream->Finish();
+  const auto st = reattach_to_end(*stub, s, op);
   INFO(st.error_message());
   REQUIRE(st.ok());
   CHECK(eventually([&] { return metric_value(gw.admin_port, "scg_journal_bytes") > 0; }, 5s));
