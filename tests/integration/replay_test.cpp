@@ -283,7 +283,7 @@ TEST_CASE("a session that cannot be replayed is told why, and one past its journ
   CHECK(again.status.error_message().find("SESSION_CHANGED") != std::string::npos);
 }
 
-TEST_CASE("a lost server's session gets its artifacts back first; the spool is bounded and emptied at release",
+TEST_CASE("a lost server's session gets its artifacts back first, and the spool is bounded and emptied at release",
           "[integration][replay]") {
   replay_env env("replay-art", ", max_artifacts_mib: 1");
   auto& gw = env.gw;
