@@ -22,6 +22,7 @@ namespace pw = core::protowire;
 namespace {
 
 constexpr std::string_view dir_prefix = "scg-spool-";
+constexpr std::uint32_t max_spooled_message = 1u << 30;
 
 /// Removes the spools of scg processes that are gone (a crash leaves its spool behind).
 void remove_dead_spools(const fs::path& parent) {
@@ -218,6 +219,10 @@ bool artifact_spool::reader::next(std::string& out) {
   }
   const std::uint32_t len = (std::uint32_t{prefix[0]} << 24) | (std::uint32_t{prefix[1]} << 16) |
                             (std::uint32_t{prefix[2]} << 8) | prefix[3];
+  if (len > max_spooled_message) {  // not a length scg wrote (its messages are bounded by limits.max_message_bytes)
+    error_ = "a spooled message claims " + std::to_string(len) + " bytes";
+    return false;
+  }
   out.resize(len);
   if (len > 0 && read_all(fd_, out.data(), len) != 1) {
     error_ = "a spooled message is cut short";

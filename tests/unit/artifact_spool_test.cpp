@@ -102,6 +102,11 @@ TEST_CASE("A spooled call reads back as written, and its file goes with its last
   artifact_spool::reader cut(call->path());
   CHECK(!cut.next(m));
   CHECK(cut.error().find("cut short") != std::string::npos);
+  // A length scg never wrote is an error, not an allocation.
+  std::ofstream(call->path(), std::ios::binary | std::ios::trunc) << std::string("\xff\xff\xff\xff", 4);
+  artifact_spool::reader huge(call->path());
+  CHECK(!huge.next(m));
+  CHECK(huge.error().find("claims") != std::string::npos);
 }
 
 TEST_CASE("The spool bounds a session's artifacts and all of them, before writing", "[artifact_spool]") {
