@@ -219,15 +219,13 @@ class forward_call final : public h2::server_stream,
       first_ = std::move(msg);
       return route(true);
     }
-    // Later messages (AddArtifacts) carry the verified user too.
-    if (users_.active()) {
+    // Later messages (AddArtifacts) carry the verified user too, and are
+    // spooled for replay: one reader (one inflate) for both.
+    if (users_.active() || journal_.spooling()) {
       message_reader body(msg, request_encoding_, fx_.limits.max_message_bytes);
-      if (!user_rewrite::apply(msg, body, facts_.spark_user))
+      if (users_.active() && !user_rewrite::apply(msg, body, facts_.spark_user))
         return finish_local(reason::invalid_message, not_valid_text(facts_.kind));
-    }
-    if (journal_.spooling()) {
-      message_reader body(msg, request_encoding_, fx_.limits.max_message_bytes);
-      journal_.spool(body);
+      if (journal_.spooling()) journal_.spool(body);
     }
     if (journal_.translating()) journal_.request(facts_.kind, msg);
     if (up_stream_ > 0) {

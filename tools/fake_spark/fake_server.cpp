@@ -319,15 +319,11 @@ class result_stream_reactor final : public result_writer {
 
 // ----------------------------------------------------------------- artifacts
 
-/// What one AddArtifacts request message's payload adds, read as Spark reads
-/// it (batch = 3: repeated SingleChunkArtifact{name = 1, data = 2};
-/// begin_chunk = 4: {name = 1, num_chunks = 3, initial_chunk = 4}; chunk = 5;
-/// an ArtifactChunk is {data = 1, crc = 2}).
-struct artifact_chunk {
-  bool ok = true;  // its crc is the CRC-32 of its data
-};
-
-artifact_chunk read_chunk(std::string_view chunk) {
+/// AddArtifacts payloads, read as Spark reads them: batch = 3: repeated
+/// SingleChunkArtifact{name = 1, data = 2}; begin_chunk = 4: {name = 1,
+/// num_chunks = 3, initial_chunk = 4}; chunk = 5; an ArtifactChunk is
+/// {data = 1, crc = 2}. Whether a chunk's crc is the CRC-32 of its data:
+bool chunk_crc_ok(std::string_view chunk) {
   namespace pw = scg::core::protowire;
   std::string_view data;
   std::uint64_t crc = 0;
@@ -337,7 +333,7 @@ artifact_chunk read_chunk(std::string_view chunk) {
     if (f.number == 2 && f.type == 0) crc = f.varint;
   }
   const auto actual = ::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size()));
-  return {actual == crc};
+  return actual == crc;
 }
 
 /// Reads an AddArtifacts upload to its end, then adds its artifacts to the
@@ -381,7 +377,7 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
         pw::field g;
         while (pw::next(one, g)) {
           if (g.number == 1 && g.type == 2) name = g.payload;
-          if (g.number == 2 && g.type == 2) crc_ok = read_chunk(g.payload).ok;
+          if (g.number == 2 && g.type == 2) crc_ok = chunk_crc_ok(g.payload);
         }
         done_.push_back({std::string(name), crc_ok});
       }
@@ -392,11 +388,11 @@ class artifact_upload_reactor final : public grpc::ServerReadReactor<sc::AddArti
       while (pw::next(begin, f)) {
         if (f.number == 1 && f.type == 2) chunked_.name = f.payload;
         if (f.number == 3 && f.type == 0) chunks_left_ = f.varint;
-        if (f.number == 4 && f.type == 2) chunked_.crc_ok = read_chunk(f.payload).ok;
+        if (f.number == 4 && f.type == 2) chunked_.crc_ok = chunk_crc_ok(f.payload);
       }
       chunk_done();
     } else if (request_.has_chunk() && chunks_left_ > 0) {
-      chunked_.crc_ok = read_chunk(request_.chunk()).ok && chunked_.crc_ok;
+      chunked_.crc_ok = chunk_crc_ok(request_.chunk()) && chunked_.crc_ok;
       chunk_done();
     }
   }
